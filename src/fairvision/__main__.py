@@ -1,0 +1,5 @@
+import sys
+
+from fairvision.cli import main
+
+sys.exit(main())

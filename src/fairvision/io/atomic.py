@@ -1,0 +1,66 @@
+"""Write files so that a failed run never leaves a half-written result.
+
+Outputs are first written into a private staging folder beside the target;
+only when everything has been written are the files moved into place, each
+with an atomic ``os.replace``. If anything fails before that, the target is
+untouched and the staging folder is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_output_dir(outdir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a staging folder; on success move its contents into ``outdir``.
+
+    Files already in ``outdir`` that the run did not produce are left alone;
+    files it did produce replace their old versions only after the whole run
+    succeeded.
+    """
+    outdir = Path(outdir)
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.staging-", dir=outdir.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        for src in sorted(staging.rglob("*")):
+            rel = src.relative_to(staging)
+            dst = outdir / rel
+            if src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

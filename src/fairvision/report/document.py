@@ -1,0 +1,248 @@
+"""Report and Section: the shared structure every audit writes into."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from fairvision.io.atomic import atomic_output_dir
+
+REPORT_SCHEMA = "https://fairvision.dev/schema/report"
+REPORT_SCHEMA_VERSION = "1.0"
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy/pandas values into plain JSON types (NaN and inf become null)."""
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, (np.bool_, bool)):
+        return bool(obj)
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        f = float(obj)
+        return None if (math.isnan(f) or math.isinf(f)) else f
+    if obj is None or isinstance(obj, (str, int)):
+        return obj
+    if isinstance(obj, (pd.Timestamp, _dt.datetime, _dt.date)):
+        return obj.isoformat()
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)
+
+
+def frame_to_records(df: pd.DataFrame) -> dict:
+    """A DataFrame as ``{"index": [...names], "columns": [...], "data": [[...], ...]}``."""
+    flat = df.reset_index() if _has_meaningful_index(df) else df.reset_index(drop=True)
+    index_names = [str(n) for n in df.index.names] if _has_meaningful_index(df) else []
+    flat.columns = [_col_name(c) for c in flat.columns]
+    return {
+        "index": index_names,
+        "columns": list(flat.columns),
+        "data": [to_jsonable(list(row)) for row in flat.itertuples(index=False, name=None)],
+    }
+
+
+def _col_name(c: Any) -> str:
+    if isinstance(c, tuple):
+        return " / ".join(str(x) for x in c if str(x) != "")
+    return str(c)
+
+
+def _has_meaningful_index(df: pd.DataFrame) -> bool:
+    return isinstance(df.index, pd.MultiIndex) or df.index.name is not None
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+    return s or "item"
+
+
+def format_number(v: Any, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return "–"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if math.isinf(f):
+            return "∞" if f > 0 else "−∞"
+        if f != 0 and (abs(f) < 1e-3 or abs(f) >= 1e6):
+            return f"{f:.3g}"
+        if float(f).is_integer() and abs(f) < 1e6:
+            return f"{int(f):,}"
+        return f"{f:.{digits}g}" if abs(f) < 1 else f"{f:,.{max(1, digits - len(str(int(abs(f)))))}f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+@dataclass
+class Section:
+    """One part of a report: an ordered list of blocks.
+
+    Use the builder methods (:meth:`text`, :meth:`metrics`, :meth:`table`,
+    :meth:`figure`, :meth:`note`); each returns the section, so calls chain.
+    """
+
+    id: str
+    title: str
+    intro: str | None = None
+    blocks: list[dict] = field(default_factory=list)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def text(self, text: str) -> "Section":
+        """A paragraph of plain text (no HTML; it is escaped)."""
+        self.blocks.append({"type": "text", "text": text})
+        return self
+
+    def metrics(self, name: str, values: Mapping[str, Any], caption: str | None = None) -> "Section":
+        """Key figures shown as a row of labelled numbers."""
+        self.blocks.append({"type": "metrics", "name": name, "caption": caption, "values": dict(values)})
+        return self
+
+    def table(
+        self,
+        name: str,
+        df: pd.DataFrame,
+        caption: str | None = None,
+        *,
+        max_rows: int | None = 200,
+        save: bool = True,
+        highlight: str | None = None,
+    ) -> "Section":
+        """A table. The full table goes to JSON (and Parquet when ``save``);
+        the HTML shows the first ``max_rows`` rows. ``highlight`` names a
+        boolean column whose true rows are emphasised."""
+        self.blocks.append({"type": "table", "name": name, "caption": caption, "frame": df, "max_rows": max_rows, "highlight": highlight})
+        if save:
+            self.tables[name] = df
+        return self
+
+    def figure(self, name: str, fig: Any, caption: str, *, data: Any = None, alt: str | None = None) -> "Section":
+        """A matplotlib figure, embedded as inline SVG; ``data`` are the numbers it shows (for the JSON)."""
+        svg = figure_to_svg(fig)
+        self.blocks.append({"type": "figure", "name": name, "caption": caption, "svg": svg, "data": data, "alt": alt or caption})
+        return self
+
+    def note(self, text: str, level: str = "info") -> "Section":
+        """A callout: ``info``, ``warning`` (e.g. a group too small to judge) or ``finding``."""
+        if level not in ("info", "warning", "finding"):
+            raise ValueError(f"unknown note level {level!r}")
+        self.blocks.append({"type": "note", "level": level, "text": text})
+        return self
+
+    def image(self, name: str, png_bytes: bytes, caption: str) -> "Section":
+        """An embedded PNG. Only used for face images when the user asked (--show-images)."""
+        self.blocks.append({"type": "image", "name": name, "caption": caption, "png": base64.b64encode(png_bytes).decode()})
+        return self
+
+    def to_dict(self) -> dict:
+        blocks = []
+        for b in self.blocks:
+            d = {k: v for k, v in b.items() if k not in ("frame", "svg", "png", "max_rows")}
+            if b["type"] == "table":
+                d.update(frame_to_records(b["frame"]))
+            if b["type"] == "image":
+                d["embedded"] = True
+            blocks.append(to_jsonable(d))
+        return {"id": self.id, "title": self.title, "intro": self.intro, "blocks": blocks}
+
+
+def figure_to_svg(fig: Any) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    svg = svg[svg.find("<svg"):]  # drop XML prolog and DOCTYPE for inline use
+    return svg
+
+
+@dataclass
+class Report:
+    """A whole audit report."""
+
+    title: str = "fairvision audit"
+    subtitle: str | None = None
+    meta: dict = field(default_factory=dict)
+    sections: list[Section] = field(default_factory=list)
+
+    def add(self, section: Section) -> Section:
+        if any(s.id == section.id for s in self.sections):
+            raise ValueError(f"duplicate section id {section.id!r}")
+        self.sections.append(section)
+        return section
+
+    def section(self, id: str) -> Section:
+        for s in self.sections:
+            if s.id == id:
+                return s
+        raise KeyError(id)
+
+    def to_dict(self) -> dict:
+        from fairvision import __version__
+
+        return {
+            "$schema": REPORT_SCHEMA,
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "generator": f"fairvision {__version__}",
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "title": self.title,
+            "subtitle": self.subtitle,
+            "meta": to_jsonable(self.meta),
+            "sections": [s.to_dict() for s in self.sections],
+        }
+
+    def to_html(self) -> str:
+        from fairvision.report.html import render_html
+
+        return render_html(self)
+
+    def write(self, outdir: str | Path, *, extra_files: Mapping[str, bytes] | None = None) -> dict[str, Path]:
+        """Write ``report.html``, ``report.json`` and ``tables/*.parquet`` into ``outdir``.
+
+        Everything is written to a staging folder first and moved into place
+        only when all files are complete, so a failure never leaves a
+        half-written report over a previous good one.
+        """
+        outdir = Path(outdir)
+        doc = self.to_dict()
+        html_text = self.to_html()
+        with atomic_output_dir(outdir) as stage:
+            (stage / "report.json").write_text(json.dumps(doc, indent=1, allow_nan=False), encoding="utf-8")
+            (stage / "report.html").write_text(html_text, encoding="utf-8")
+            tdir = stage / "tables"
+            for s in self.sections:
+                for name, df in s.tables.items():
+                    tdir.mkdir(exist_ok=True)
+                    flat = df.reset_index() if _has_meaningful_index(df) else df.reset_index(drop=True)
+                    flat.columns = [_col_name(c) for c in flat.columns]
+                    for c in flat.columns:
+                        if flat[c].dtype == object:
+                            flat[c] = flat[c].map(lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v))
+                    flat.to_parquet(tdir / f"{_slug(s.id)}__{_slug(name)}.parquet", index=False)
+            for name, data in (extra_files or {}).items():
+                p = stage / name
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+        return {"html": outdir / "report.html", "json": outdir / "report.json", "tables": outdir / "tables"}

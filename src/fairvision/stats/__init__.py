@@ -1,0 +1,54 @@
+"""Pure numerics: representation and association metrics, tests, corrections,
+bootstrap CIs, disparity, Elo and power. No image or model code lives here.
+
+Names are exported lazily (PEP 562) so importing one metric does not import
+every module; ``dir(fairvision.stats)`` lists them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# public name -> module that defines it
+_EXPORTS = {
+    # representation (METHODS.md 7; issue: Foundation)
+    "nsd": "representation",
+    "shannon_evenness": "representation",
+    "effective_number": "representation",
+    "imbalance_ratio": "representation",
+    "representation_summary": "representation",
+    # association between attributes
+    "npmi": "association",
+    "nmi": "association",
+    "chi2_independence": "association",
+    "cramers_v": "association",
+    "contingency_table": "association",
+    # resampling and CIs
+    "cluster_bootstrap_weights": "resample",
+    "bootstrap_ci": "resample",
+    "percentile_ci": "resample",
+    # multiple comparisons
+    "adjust_pvalues": "corrections",
+    # model audit (issue: Model audit)
+    "pairwise_mannwhitney": "pairwise",
+    "disparity": "pairwise",
+    "overall_disparity": "disparity",
+    "intraclass_disparity": "disparity",
+    "recall_matrix": "disparity",
+    "elo": "elo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fairvision.stats' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fairvision.stats.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
