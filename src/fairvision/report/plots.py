@@ -1,0 +1,127 @@
+"""Plot helpers shared by report sections (matplotlib, Agg backend).
+
+Each function returns a matplotlib Figure; pass it to ``Section.figure``,
+which embeds it as inline SVG and closes it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+PALETTE = ["#2f5d9e", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f", "#30343f", "#c3834c"]
+
+
+def bar(values: pd.Series, *, title: str = "", xlabel: str = "", ylabel: str = "count", horizontal: bool | None = None,
+        highlight: Sequence[bool] | None = None, annotate: bool = True):
+    """Bar chart of one value per group; empty groups stay visible as zero-height bars."""
+    labels = [str(i) if not isinstance(i, tuple) else " × ".join(map(str, i)) for i in values.index]
+    n = len(values)
+    horizontal = n > 12 if horizontal is None else horizontal
+    colors = [PALETTE[1] if (highlight is not None and highlight[i]) else PALETTE[0] for i in range(n)]
+    if horizontal:
+        fig, ax = plt.subplots(figsize=(7, max(2.2, 0.26 * n + 1)))
+        ax.barh(range(n), values.to_numpy(dtype=float), color=colors)
+        ax.set_yticks(range(n), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(ylabel)
+    else:
+        fig, ax = plt.subplots(figsize=(max(4, 0.55 * n + 1.5), 3.4))
+        ax.bar(range(n), values.to_numpy(dtype=float), color=colors)
+        ax.set_xticks(range(n), labels, rotation=45 if n > 5 else 0, ha="right" if n > 5 else "center", fontsize=9)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel(xlabel)
+        if annotate and n <= 30:
+            for i, v in enumerate(values.to_numpy(dtype=float)):
+                ax.annotate(f"{v:g}", (i, v), ha="center", va="bottom", fontsize=7)
+    ax.set_title(title, fontsize=11)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def heatmap(df: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: str = "viridis", center: float | None = None,
+            vmin: float | None = None, vmax: float | None = None, cbar_label: str = "", annotate: bool | None = None):
+    """Heatmap of a 2-D table (rows x columns). ``center`` gives a diverging colour scale around that value."""
+    data = df.to_numpy(dtype=float)
+    nr, nc = data.shape
+    fig, ax = plt.subplots(figsize=(min(14, max(4, 0.6 * nc + 2.5)), min(14, max(2.5, 0.42 * nr + 1.5))))
+    finite = data[np.isfinite(data)]
+    if center is not None:
+        span = np.nanmax(np.abs(finite - center)) if finite.size else 1.0
+        span = span or 1.0
+        vmin, vmax = center - span if vmin is None else vmin, center + span if vmax is None else vmax
+        cmap = "RdBu_r" if cmap == "viridis" else cmap
+    im = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(nc), [str(c) for c in df.columns], rotation=45 if nc > 4 else 0, ha="right" if nc > 4 else "center", fontsize=8)
+    ax.set_yticks(range(nr), [str(r) if not isinstance(r, tuple) else " × ".join(map(str, r)) for r in df.index], fontsize=8)
+    ax.set_xlabel(str(df.columns.name or ""))
+    ax.set_ylabel(str(df.index.name or ""))
+    if annotate is None:
+        annotate = nr * nc <= 200
+    if annotate:
+        lo, hi = im.get_clim()
+        for i in range(nr):
+            for j in range(nc):
+                v = data[i, j]
+                if np.isfinite(v):
+                    frac = (v - lo) / (hi - lo) if hi > lo else 0.5
+                    dark = frac < 0.3 or frac > 0.7 if center is not None else frac < 0.55
+                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color="white" if dark else "black")
+    cb = fig.colorbar(im, ax=ax, shrink=0.8)
+    cb.set_label(cbar_label)
+    ax.set_title(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def forest(df: pd.DataFrame, *, estimate: str = "estimate", low: str = "ci_low", high: str = "ci_high", title: str = "",
+           xlabel: str = "", reference: float | None = None, band: tuple[float, float] | None = None, flag: str | None = None):
+    """Forest plot: one row per group with its estimate and CI; ``band`` shades an acceptable range."""
+    labels = [str(i) if not isinstance(i, tuple) else " × ".join(map(str, i)) for i in df.index]
+    n = len(df)
+    fig, ax = plt.subplots(figsize=(7, max(2.2, 0.3 * n + 1.2)))
+    y = np.arange(n)
+    est = df[estimate].to_numpy(dtype=float)
+    lo = df[low].to_numpy(dtype=float)
+    hi = df[high].to_numpy(dtype=float)
+    if band is not None:
+        ax.axvspan(band[0], band[1], color="#66a182", alpha=0.15, lw=0)
+    if reference is not None:
+        ax.axvline(reference, color="#888", lw=1, ls="--")
+    flags = df[flag].to_numpy(dtype=bool) if flag and flag in df.columns else np.zeros(n, bool)
+    for i in range(n):
+        c = PALETTE[1] if flags[i] else PALETTE[0]
+        if np.isfinite(lo[i]) and np.isfinite(hi[i]):
+            ax.plot([lo[i], hi[i]], [y[i], y[i]], color=c, lw=1.6)
+        ax.plot(est[i], y[i], "o", color=c, ms=5)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=11)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def lines(x: Sequence[float], series: dict[str, Sequence[float]], *, title: str = "", xlabel: str = "", ylabel: str = "",
+          hline: float | None = None):
+    """Line plot of several named series over a shared x (e.g. power curves)."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, (name, ys) in enumerate(series.items()):
+        ax.plot(x, ys, marker="o", ms=3, color=PALETTE[i % len(PALETTE)], label=str(name))
+    if hline is not None:
+        ax.axhline(hline, color="#888", lw=1, ls="--")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
