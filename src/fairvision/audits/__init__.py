@@ -1,0 +1,1 @@
+"""Audits: compose io, schema, groups, skin, vision, metrics and stats into results."""
