@@ -1,0 +1,204 @@
+"""Dataset audit: who is in a human-centric image dataset (FHIBE section "dataset";
+bias-transfer paper's representation and stereotype metrics; METHODS.md 4 and 7).
+
+For the chosen attributes it counts every group and every k-way intersection
+(samples and subjects), summarises the intersections in the layout of the
+FHIBE paper's Table 1, scores representation (NSD, evenness, effective number
+of groups, imbalance ratio) with cluster-bootstrap CIs that resample subjects,
+and measures association between attributes (NMI, chi-square with Cramér's V,
+NPMI for every value pair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import FairvisionError
+from fairvision.groups import cell_counts, combine, memberships, subject_codes, intersection_summary, _frame
+from fairvision.io.tables import SUBJECT_ID, validate_sample_table
+from fairvision.schema import Schema
+from fairvision.stats import association, corrections, representation
+from fairvision.stats._profiles import bootstrap_counts
+from fairvision.stats.resample import bias_corrected_ci, percentile_ci
+
+
+@dataclass
+class DatasetAudit:
+    """Result of :func:`audit_dataset`. Every table is a tidy DataFrame."""
+
+    n_samples: int
+    n_subjects: int | None
+    attributes: list[str]
+    target: str | None
+    subject_col: str | None
+    groups: dict[tuple[str, ...], pd.DataFrame]
+    summary: pd.DataFrame
+    representation: pd.DataFrame
+    association: pd.DataFrame
+    npmi: dict[tuple[str, str], pd.DataFrame]
+    min_subjects: int
+    n_boot: int
+    ci_level: float
+    warnings: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        """All group counts in one long table: attribute set, group label, counts, shares."""
+        parts = []
+        for names, t in self.groups.items():
+            flat = t.copy()
+            flat.index = [" × ".join(map(str, i)) if isinstance(i, tuple) else str(i) for i in t.index]
+            flat.index.name = "group"
+            flat.insert(0, "attributes", " × ".join(names))
+            flat.insert(1, "k", len(names))
+            parts.append(flat.reset_index())
+        return pd.concat(parts, ignore_index=True)
+
+
+def audit_dataset(
+    table: pd.DataFrame,
+    attributes: Sequence[str],
+    *,
+    schema: Schema | None = None,
+    target: str | None = None,
+    subject_col: str | None = None,
+    max_k: int = 2,
+    min_subjects: int = 10,
+    n_boot: int = 1000,
+    ci_level: float = 0.95,
+    ci_max_k: int = 1,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> DatasetAudit:
+    """Audit the composition of a sample table.
+
+    Parameters
+    ----------
+    table : DataFrame
+        One row per image (see :func:`fairvision.io.read_table`).
+    attributes : list of str
+        Attribute columns (or schema names) that define groups.
+    schema : Schema, optional
+        Declared categories, order, bins, multi-valued and hierarchical
+        attributes. Undeclared attributes use the values seen.
+    target : str, optional
+        A label column (e.g. the class a model is trained to predict); its
+        association with each attribute (stereotypical bias: NPMI, NMI) is
+        reported.
+    subject_col : str, optional
+        Column identifying the person; default ``subject_id`` when present.
+        Subjects, not images, are resampled for CIs and counted for the
+        minimum group size.
+    max_k : int
+        Largest intersection size.
+    min_subjects : int
+        Groups with fewer subjects are flagged as too small to judge (FHIBE
+        keeps groups with at least 10 subjects).
+    n_boot, ci_level, ci_max_k : bootstrap settings; CIs are computed for
+        attribute sets of size up to ``ci_max_k`` (0 disables them).
+    """
+    source = table.attrs.get("source", "table")
+    validate_sample_table(table, source=source)
+    attributes = list(attributes)
+    if not attributes:
+        raise FairvisionError("give at least one attribute (--attr COLUMN)")
+    if target is not None and target in attributes:
+        raise FairvisionError(f"{target!r} is both an attribute and the target")
+    if subject_col is None and SUBJECT_ID in table.columns:
+        subject_col = SUBJECT_ID
+    say = progress or (lambda msg: None)
+    schema = schema or Schema()
+
+    say("grouping")
+    names = attributes + ([target] if target else [])
+    ms = {m.name: m for m in memberships(table, names, schema, source=source)}
+    subj = subject_codes(table, subject_col, source=source)
+    n = len(table)
+    n_subj = int(subj.max()) + 1 if subj is not None else None
+
+    groups: dict[tuple[str, ...], pd.DataFrame] = {}
+    rep_rows = []
+    warnings: list[str] = []
+    attr_ms = [ms[a] for a in [schema.get(x).name for x in attributes]]
+    for k in range(1, min(max_k, len(attr_ms)) + 1):
+        for combo in combinations(attr_ms, k):
+            comb = combine(list(combo), n)
+            ns, nsub = cell_counts(comb, subj)
+            frame = _frame(comb, ns, nsub)
+            row = {"attributes": " × ".join(comb.names), "k": k}
+            row.update(representation.representation_summary(ns))
+            if k <= ci_max_k and n_boot > 0:
+                say(f"bootstrap {row['attributes']}")
+                reps = bootstrap_counts(comb.rows, comb.codes, comb.n_cells, n, subj, n_boot, seed)
+                for mname, fn in representation.METRICS.items():
+                    vals = fn(reps)
+                    row[f"{mname}_ci_low"], row[f"{mname}_ci_high"] = bias_corrected_ci(
+                        vals, row[mname], ci_level, representation.BOUNDS[mname](comb.n_cells)
+                    )
+                tot = reps.sum(axis=1, keepdims=True)
+                shares = np.divide(reps, tot, out=np.full_like(reps, np.nan), where=tot > 0)
+                lo, hi = percentile_ci(shares, ci_level)
+                frame["share_ci_low"], frame["share_ci_high"] = lo, hi
+            size = frame["n_subjects"] if "n_subjects" in frame.columns else frame["n_samples"]
+            frame["too_small"] = size.to_numpy() < min_subjects
+            groups[comb.names] = frame
+            rep_rows.append(row)
+    representation_df = pd.DataFrame(rep_rows).set_index("attributes")
+    summary = intersection_summary(groups, min_subjects=min_subjects)
+
+    for names_, t in groups.items():
+        label = " × ".join(names_)
+        empty = int((t["n_samples"] == 0).sum())
+        small = int((t["too_small"] & (t["n_samples"] > 0)).sum())
+        if empty:
+            warnings.append(f"{label}: {empty} of {len(t)} declared groups have no samples.")
+        if small:
+            unit = "subjects" if subject_col else "samples"
+            warnings.append(f"{label}: {small} non-empty groups have fewer than {min_subjects} {unit}; too small to judge.")
+
+    say("association")
+    assoc_rows = []
+    npmi_tables: dict[tuple[str, str], pd.DataFrame] = {}
+    pairs = list(combinations(attributes, 2)) + ([(a, target) for a in attributes] if target else [])
+    for x, y in pairs:
+        mx, my = ms[schema.get(x).name], ms[schema.get(y).name]
+        comb = combine([mx, my], n)
+        ct = np.bincount(comb.codes, minlength=comb.n_cells).reshape(mx.n_groups, my.n_groups).astype(float)
+        ct_df = pd.DataFrame(ct, index=pd.Index(mx.categories, name=mx.name), columns=pd.Index(my.categories, name=my.name))
+        npmi_tables[(mx.name, my.name)] = association.npmi(ct_df, mx.name, my.name)
+        row = {"x": mx.name, "y": my.name, "role": "target" if y == target else "attributes", "nmi": association.nmi(ct_df, mx.name, my.name)}
+        try:
+            chi = association.chi2_independence(ct_df, mx.name, my.name)
+            row.update(chi2=chi.statistic, dof=chi.dof, p_value=chi.pvalue, cramers_v=chi.cramers_v, min_expected=chi.min_expected)
+            if chi.small_expected:
+                warnings.append(f"{mx.name} × {my.name}: some expected counts are below 5 (min {chi.min_expected:.2g}); the chi-square p-value is approximate.")
+        except FairvisionError as exc:
+            row.update(chi2=np.nan, dof=np.nan, p_value=np.nan, cramers_v=np.nan, min_expected=np.nan)
+            warnings.append(str(exc))
+        assoc_rows.append(row)
+    assoc = pd.DataFrame(assoc_rows, columns=["x", "y", "role", "nmi", "chi2", "dof", "p_value", "cramers_v", "min_expected"])
+    if len(assoc):
+        assoc["p_bonferroni"] = corrections.adjust_pvalues(assoc["p_value"].to_numpy(), "bonferroni")
+        assoc = assoc.set_index(["x", "y"])
+
+    return DatasetAudit(
+        n_samples=n,
+        n_subjects=n_subj,
+        attributes=[schema.get(a).name for a in attributes],
+        target=target,
+        subject_col=subject_col,
+        groups=groups,
+        summary=summary,
+        representation=representation_df,
+        association=assoc,
+        npmi=npmi_tables,
+        min_subjects=min_subjects,
+        n_boot=n_boot,
+        ci_level=ci_level,
+        warnings=warnings,
+    )

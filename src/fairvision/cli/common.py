@@ -1,0 +1,46 @@
+"""Helpers shared by the command modules: reading inputs, progress, printing results."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import typer
+
+from fairvision.errors import FairvisionError
+
+
+def console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@contextlib.contextmanager
+def status(message: str) -> Iterator:
+    """A spinner with a changing message on stderr (silent when stderr is not a terminal)."""
+    from rich.console import Console
+
+    con = Console(stderr=True)
+    if not con.is_terminal:
+        yield lambda msg: None
+        return
+    with con.status(message) as st:
+        yield lambda msg: st.update(f"{message}: {msg}")
+
+
+def check_outdir(outdir: Path) -> Path:
+    outdir = Path(outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise FairvisionError(f"{outdir}: exists and is not a folder")
+    return outdir
+
+
+def done(paths: dict, extra: str = "") -> None:
+    typer.echo(f"report: {Path(paths['html']).resolve()}")
+    typer.echo(f"json:   {Path(paths['json']).resolve()}")
+    if extra:
+        typer.echo(extra)

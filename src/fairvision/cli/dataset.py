@@ -1,0 +1,162 @@
+"""``fairvision audit dataset``: who is in an image dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fairvision.cli.common import check_outdir, done, status
+from fairvision.errors import FairvisionError
+
+
+def audit_dataset_cmd(
+    table: Path = typer.Argument(..., help="Sample table: CSV, TSV, Parquet, JSON/JSONL or a FairFace-style ground_truth.json. One row per image."),
+    attr: List[str] = typer.Option(..., "--attr", "-a", help="Attribute column that defines groups (repeat for several: -a gender -a age)."),
+    output: Path = typer.Option(Path("fairvision-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Label column whose association with each attribute (stereotypes: NPMI, NMI) is reported."),
+    subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Column identifying the person (default: subject_id if present). CIs resample people, not images."),
+    max_k: int = typer.Option(2, "--max-k", min=1, max=6, help="Largest intersection size (2 = all pairs of attributes)."),
+    schema_file: Optional[Path] = typer.Option(None, "--schema", help="JSON schema: declared categories, order, bins, multi-valued attributes, hierarchies."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are flagged too small to judge (FHIBE: 10)."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples for confidence intervals (0 = none)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for the bootstrap."),
+    missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave out), 'keep' (group '(missing)')."),
+    multi: List[str] = typer.Option([], "--multi", help="Attribute whose cells hold several values separated by '|' (a subject counts in each)."),
+    check_images: bool = typer.Option(True, "--check-images/--no-check-images", help="Check that every image_path exists."),
+    measure_skin: bool = typer.Option(False, "--measure-skin", help="Measure apparent skin colour (L*, h*, ITA) from the images and cross it with the attributes."),
+    skin_method: str = typer.Option("thong", "--skin-method", help="Skin colour estimator for --measure-skin: thong, mean, median_ita, gray_mean."),
+    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for --measure-skin."),
+    show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
+    title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+):
+    """Audit who is in a dataset: group and intersection counts, representation (NSD, evenness,
+    effective number of groups) with subject-level bootstrap CIs, FHIBE Table 1 summary, and
+    associations between attributes (NMI, chi-square with Cramér's V, NPMI heatmaps)."""
+    check_outdir(output)
+    if missing not in ("error", "drop", "keep"):
+        raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
+    with status("auditing dataset") as say:
+        paths, audit = run_dataset_audit(
+            table, attr, output, target=target, subject_col=subject_col, max_k=max_k, schema_file=schema_file,
+            min_subjects=min_subjects, n_boot=n_boot, seed=seed, missing=missing, multi=multi,
+            check_images=check_images, measure_skin=measure_skin, skin_method=skin_method, workers=workers,
+            show_images=show_images, title=title, progress=say,
+        )
+    done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
+
+
+def run_dataset_audit(
+    table,
+    attributes,
+    output,
+    *,
+    target=None,
+    subject_col=None,
+    max_k=2,
+    schema_file=None,
+    schema=None,
+    min_subjects=10,
+    n_boot=1000,
+    seed=0,
+    missing="error",
+    multi=(),
+    check_images=True,
+    measure_skin=False,
+    skin_method="thong",
+    workers=2,
+    show_images=False,
+    title=None,
+    progress=None,
+    report_meta=None,
+):
+    """Read a table (path or DataFrame), audit it and write the report; returns ``(paths, audit)``."""
+    import pandas as pd
+
+    from fairvision.audits.dataset import audit_dataset
+    from fairvision.io.tables import IMAGE_PATH, read_table, validate_sample_table
+    from fairvision.report import Report
+    from fairvision.report.sections.dataset import dataset_section
+    from fairvision.schema import Attribute, Schema
+
+    say = progress or (lambda m: None)
+    say("reading table")
+    if isinstance(table, pd.DataFrame):
+        df = table
+        source = df.attrs.get("source", "table")
+    else:
+        df = read_table(table)
+        source = str(table)
+    if schema is None:
+        schema = Schema.from_file(schema_file) if schema_file else Schema()
+    for a in attributes:
+        if a not in schema:
+            schema.add(Attribute(a, multi=a in multi, missing=missing))
+        else:
+            if missing != "error":
+                schema[a].missing = missing
+            if a in multi:
+                schema[a].multi = True
+    if target and target not in schema:
+        schema.add(Attribute(target, missing=missing))
+    if check_images and IMAGE_PATH in df.columns:
+        validate_sample_table(df, source=source, check_images=True)
+    sections = []
+    if measure_skin:
+        df, skin_sections = _measure_skin(df, source, schema, attributes, skin_method, workers, say)
+        sections += skin_sections
+    audit = audit_dataset(
+        df, attributes, schema=schema, target=target, subject_col=subject_col, max_k=max_k,
+        min_subjects=min_subjects, n_boot=n_boot, seed=seed, progress=say,
+    )
+    say("writing report")
+    report = Report(
+        title=title or f"Dataset audit: {Path(source).name}",
+        subtitle="fairvision dataset audit",
+        meta={"table": source, "attributes": ", ".join(attributes), "images": audit.n_samples, **(report_meta or {})},
+    )
+    report.add(dataset_section(audit))
+    for sec in sections:
+        report.add(sec)
+    if show_images and IMAGE_PATH in df.columns:
+        report.add(_thumbnails_section(df, audit, schema))
+    paths = report.write(output)
+    return paths, audit
+
+
+def _measure_skin(df, source, schema, attributes, method, workers, say):
+    """Measure skin colour per image and add the skin-colour categories as attributes."""
+    from fairvision.skin_integration import measure_and_join
+
+    return measure_and_join(df, source, schema, attributes, method, workers, say)
+
+
+def _thumbnails_section(df, audit, schema, per_group: int = 6, size: int = 72):
+    """Example thumbnails per group of the first attribute (only with --show-images)."""
+    import io
+
+    from PIL import Image
+
+    from fairvision.report import Section
+    from fairvision.groups import memberships
+
+    sec = Section("examples", "Example images per group", intro="Shown because --show-images was given.")
+    m = memberships(df, [audit.attributes[0]], schema)[0]
+    paths = df["image_path"].to_numpy()
+    for g, cat in enumerate(m.categories):
+        rows = m.rows[m.codes == g][:per_group]
+        if not len(rows):
+            continue
+        sheet = Image.new("RGB", (size * len(rows), size), "white")
+        for i, r in enumerate(rows):
+            with Image.open(paths[r]) as im:
+                sheet.paste(im.convert("RGB").resize((size, size)), (i * size, 0))
+        buf = io.BytesIO()
+        sheet.save(buf, "PNG")
+        sec.image(f"examples_{cat}", buf.getvalue(), f"{audit.attributes[0]} = {cat}")
+    return sec
+
+
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    audit_app.command("dataset")(audit_dataset_cmd)
