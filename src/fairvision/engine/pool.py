@@ -1,0 +1,240 @@
+"""A local process pool: map a function over items with N worker processes.
+
+Features: chunking (one task per chunk, so small items do not drown in
+inter-process traffic), ordered or unordered results, a progress callback, a
+per-item exception captured as a :class:`Failure` instead of ending the run, a
+worker initialiser (to build a model once per process), and a bounded number
+of chunks in flight so memory stays flat on big datasets.
+
+A worker that dies in native code (a segfault in a model) breaks the pool;
+the items of the chunks that were in flight become failures ("worker process
+died") and the remaining items continue in a fresh pool.
+
+With ``workers <= 1`` everything runs in the calling process (the initialiser
+is called once), which is the fastest choice for short runs and for tests.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from fairvision.errors import FairvisionError
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An item whose function call raised.
+
+    Attributes
+    ----------
+    index : int
+        Position of the item in the input.
+    error : str
+        Exception class name.
+    message : str
+        One-line exception message.
+    traceback : str
+        Formatted traceback (from the worker process).
+    """
+
+    index: int
+    error: str
+    message: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.error}: {self.message}" if self.message else self.error
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of one item: ``value`` when ``ok``, else ``failure``."""
+
+    index: int
+    value: Any = None
+    failure: Failure | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _run_chunk(fn: Callable, chunk: Sequence[tuple[int, Any]]) -> list[Outcome]:
+    """Call ``fn`` on each (index, item); exceptions become failures."""
+    out = []
+    for index, item in chunk:
+        try:
+            out.append(Outcome(index, fn(item)))
+        except Exception as exc:  # noqa: BLE001 - per-item failures are results
+            out.append(Outcome(index, None, Failure(index, type(exc).__name__, _one_line(exc), traceback.format_exc())))
+    return out
+
+
+def default_workers() -> int:
+    """CPUs available to this process (``os.sched_getaffinity``), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _auto_chunksize(n: int, workers: int) -> int:
+    # about 8 chunks per worker: enough to balance load, few enough to keep IPC small
+    return max(1, min(64, n // (workers * 8) or 1))
+
+
+def _context(start_method: str | None):
+    if start_method is None:
+        # fork is fastest, but only safe before this process started model threads
+        methods = mp.get_all_start_methods()
+        start_method = "forkserver" if "forkserver" in methods else "spawn"
+        if "fork" in methods and not _threads_started():
+            start_method = "fork"
+    return mp.get_context(start_method)
+
+
+def _threads_started() -> bool:
+    import sys
+    import threading
+
+    if threading.active_count() > 1:
+        return True
+    for name in ("fairvision.vision.facemesh", "fairvision.vision.detect"):
+        mod = sys.modules.get(name)
+        if mod is not None and mod.models_built():
+            return True
+    return False
+
+
+def imap(
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    *,
+    workers: int = 1,
+    chunksize: int | None = None,
+    ordered: bool = True,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple = (),
+    progress: Callable[[Outcome], None] | None = None,
+    start_method: str | None = None,
+    max_in_flight: int | None = None,
+) -> Iterator[Outcome]:
+    """Apply ``fn`` to every item, yielding an :class:`Outcome` per item.
+
+    Parameters
+    ----------
+    fn : callable
+        Picklable (a module-level function) when ``workers > 1``.
+    items : iterable
+        Materialised into a list (its length sets the chunk size).
+    workers : int
+        Worker processes; ``<= 1`` runs in this process. ``0`` or ``None``
+        are not special: use :func:`default_workers` for "all CPUs".
+    chunksize : int, optional
+        Items per task; default about 8 chunks per worker, at most 64 items.
+    ordered : bool
+        Yield in input order (buffering early finishers) or as completed.
+    initializer, initargs
+        Called once in each worker before its first item (in-process mode:
+        once, in this process).
+    progress : callable, optional
+        Called in this process with each outcome as it arrives.
+    start_method : {"fork", "forkserver", "spawn"}, optional
+        Default: ``fork`` when this process has no helper threads and no
+        model built yet, otherwise ``forkserver``.
+    max_in_flight : int, optional
+        Chunks submitted but not finished; default ``4 * workers``.
+
+    Yields
+    ------
+    Outcome
+        ``.value`` of ``fn(item)``, or ``.failure`` describing the exception.
+    """
+    items = list(items)
+    n = len(items)
+    workers = int(workers or 1)
+    if workers < 1:
+        raise FairvisionError(f"workers must be at least 1, got {workers}")
+    if n == 0:
+        return
+    indexed = list(enumerate(items))
+    if workers == 1 or n == 1:
+        if initializer is not None:
+            initializer(*initargs)
+        for index, item in indexed:
+            (outcome,) = _run_chunk(fn, [(index, item)])
+            if progress is not None:
+                progress(outcome)
+            yield outcome
+        return
+    size = int(chunksize) if chunksize else _auto_chunksize(n, workers)
+    if size < 1:
+        raise FairvisionError(f"chunksize must be at least 1, got {chunksize}")
+    chunks = [indexed[i : i + size] for i in range(0, n, size)]
+    limit = max_in_flight or 4 * workers
+    ctx = _context(start_method)
+    pending_out: dict[int, Outcome] = {}
+    next_to_yield = 0
+    next_chunk = 0
+
+    def emit(outcomes: list[Outcome]):
+        nonlocal next_to_yield
+        for o in outcomes:
+            if progress is not None:
+                progress(o)
+        if not ordered:
+            yield from outcomes
+            return
+        for o in outcomes:
+            pending_out[o.index] = o
+        while next_to_yield in pending_out:
+            yield pending_out.pop(next_to_yield)
+            next_to_yield += 1
+
+    while next_chunk < len(chunks):
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx, initializer=initializer, initargs=initargs)
+        in_flight: dict = {}
+        broken = False
+        try:
+            while next_chunk < len(chunks) or in_flight:
+                while not broken and next_chunk < len(chunks) and len(in_flight) < limit:
+                    fut = pool.submit(_run_chunk, fn, chunks[next_chunk])
+                    in_flight[fut] = chunks[next_chunk]
+                    next_chunk += 1
+                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    chunk = in_flight.pop(fut)
+                    try:
+                        outcomes = fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        outcomes = [
+                            Outcome(i, None, Failure(i, "WorkerDied", "worker process died or its initialiser failed"))
+                            for i, _ in chunk
+                        ]
+                    except Exception as exc:  # unpicklable result or argument
+                        outcomes = [Outcome(i, None, Failure(i, type(exc).__name__, _one_line(exc))) for i, _ in chunk]
+                    yield from emit(outcomes)
+                if broken and not in_flight:
+                    break
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def map_items(fn: Callable[[Any], Any], items: Iterable[Any], **kw) -> list[Outcome]:
+    """:func:`imap` collected into a list, in input order (see :func:`imap` for options)."""
+    kw.setdefault("ordered", True)
+    out = list(imap(fn, items, **kw))
+    if not kw["ordered"]:
+        out.sort(key=lambda o: o.index)
+    return out

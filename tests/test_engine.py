@@ -1,0 +1,79 @@
+"""The local process pool: order, failures, chunking, initialiser, progress, crashes."""
+
+import os
+
+import pytest
+
+from fairvision.engine import Failure, imap, map_items
+from fairvision.errors import FairvisionError
+
+_STATE = {}
+
+
+def _square(x):
+    if x == 7:
+        raise ValueError("seven\nis not allowed")
+    return x * x
+
+
+def _init(tag):
+    _STATE["tag"] = tag
+    _STATE["inits"] = _STATE.get("inits", 0) + 1
+
+
+def _tagged(x):
+    return (_STATE.get("tag"), _STATE.get("inits"), os.getpid(), x)
+
+
+def _crash(x):
+    if x == 3:
+        os._exit(1)  # simulates a segfault in native code
+    return x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ordered_results_and_captured_failures(workers):
+    out = map_items(_square, range(40), workers=workers, chunksize=3)
+    assert [o.index for o in out] == list(range(40))
+    assert [o.value for o in out if o.ok] == [x * x for x in range(40) if x != 7]
+    f = out[7].failure
+    assert isinstance(f, Failure) and not out[7].ok
+    assert f.error == "ValueError" and f.message == "seven is not allowed"  # one line
+    assert "Traceback" in f.traceback
+
+
+def test_unordered_gives_every_item_once_and_progress_sees_all():
+    seen = []
+    out = list(imap(_square, range(30), workers=2, chunksize=4, ordered=False, progress=seen.append))
+    assert sorted(o.index for o in out) == list(range(30))
+    assert len(seen) == 30
+
+
+def test_initialiser_runs_once_per_worker():
+    out = map_items(_tagged, range(24), workers=2, chunksize=2, initializer=_init, initargs=("model",))
+    assert all(o.value[0] == "model" for o in out)
+    assert all(o.value[1] == 1 for o in out)  # built once per process, not per item
+    assert len({o.value[2] for o in out}) <= 2
+    assert [o.value[3] for o in out] == list(range(24))
+
+
+def test_in_process_mode_calls_initialiser_once():
+    _STATE.clear()
+    out = map_items(_tagged, range(5), workers=1, initializer=_init, initargs=("x",))
+    assert [o.value[:2] for o in out] == [("x", 1)] * 5
+    assert all(o.value[2] == os.getpid() for o in out)
+
+
+def test_dead_worker_fails_its_chunk_and_the_run_continues():
+    out = map_items(_crash, range(12), workers=2, chunksize=1, max_in_flight=1)
+    failed = [o.index for o in out if not o.ok]
+    assert 3 in failed
+    assert all(out[i].failure.error == "WorkerDied" for i in failed)
+    assert [o.value for o in out if o.ok] == [i for i in range(12) if i not in failed]
+    assert len(out) == 12
+
+
+def test_empty_and_bad_arguments():
+    assert map_items(_square, [], workers=2) == []
+    with pytest.raises(FairvisionError):
+        map_items(_square, [1, 2], workers=-1)
