@@ -238,10 +238,13 @@ class Attribute:
         return cats
 
     def _missing_mask(self, values: pd.Series) -> np.ndarray:
-        arr = values.to_numpy(dtype=object)
-        mask = pd.isna(values).to_numpy()
-        strs = np.array([isinstance(v, str) and v.strip() == "" for v in arr]) if arr.dtype == object else np.zeros(len(arr), bool)
-        return mask | strs
+        """Empty cells: NaN/None/NA, or strings that are blank (checked once per distinct value)."""
+        codes, uniques = pd.factorize(values, sort=False, use_na_sentinel=True)
+        blank = np.array([isinstance(u, str) and u.strip() == "" for u in uniques], dtype=bool)
+        mask = codes < 0
+        if blank.any():
+            mask |= blank[np.where(codes < 0, 0, codes)] & (codes >= 0)
+        return mask
 
     def _handle_missing(self, values: pd.Series, source: str) -> tuple[pd.Series, np.ndarray]:
         miss = self._missing_mask(values)
@@ -260,17 +263,18 @@ class Attribute:
     def _single(self, values: pd.Series, n: int, source: str) -> Membership:
         values, miss = self._handle_missing(values, source)
         keep = ~miss
-        strv = values[keep].astype(str) if keep.any() else pd.Series([], dtype=object)
-        codes_seen, uniques = pd.factorize(strv, sort=False)
+        kept = values[keep] if not keep.all() else values
+        codes_seen, uniques = pd.factorize(kept, sort=False)
+        labels = [str(u) for u in uniques]
         first_row = {}
-        if len(uniques):
+        if len(labels):
             rows_kept = np.flatnonzero(keep)
             _, first_idx = np.unique(codes_seen, return_index=True)
-            first_row = {str(uniques[c]): int(rows_kept[i]) for c, i in zip(range(len(uniques)), first_idx)}
-        cats = self._resolve_categories([str(u) for u in uniques], source, first_row)
+            first_row = {labels[c]: int(rows_kept[i]) for c, i in enumerate(first_idx)}
+        cats = self._resolve_categories(list(dict.fromkeys(labels)), source, first_row)
         lookup = {c: i for i, c in enumerate(cats)}
-        remap = np.array([lookup[str(u)] for u in uniques], dtype=np.int64)
-        codes = remap[codes_seen] if len(uniques) else np.zeros(0, np.int64)
+        remap = np.array([lookup[u] for u in labels], dtype=np.int64)
+        codes = remap[codes_seen] if len(labels) else np.zeros(0, np.int64)
         rows = np.flatnonzero(keep).astype(np.int64)
         return Membership(self.name, rows, codes.astype(np.int64), cats, self.ordered, single_valued=True)
 
