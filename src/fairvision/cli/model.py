@@ -1,0 +1,168 @@
+"""``fairvision audit model``: how a model's per-sample scores differ between groups and intersections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fairvision.cli.common import check_outdir, done
+from fairvision.errors import FairvisionError
+
+
+def audit_model_cmd(
+    samples: Path = typer.Option(..., "--samples", "-s", help="Sample table (CSV, TSV, Parquet, JSON/JSONL): sample_id, attribute columns, optionally subject_id."),
+    scores: Path = typer.Option(..., "--scores", help="Per-sample scores table with a sample_id column and one column per metric; joined on sample_id."),
+    attr: List[str] = typer.Option(..., "--attr", "-a", help="Attribute column that defines groups (repeat: -a gender -a age)."),
+    output: Path = typer.Option(Path("fairvision-model-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    metric: List[str] = typer.Option([], "--metric", "-m", help="Score column to audit (repeat; default: every numeric column of the scores table)."),
+    subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Column identifying the person (default: subject_id if present). CIs resample people, not images."),
+    lower_is_better: List[str] = typer.Option([], "--lower-is-better", help="Metric where lower is better (error, LPIPS): worst and best swap. Repeat for several."),
+    max_k: int = typer.Option(1, "--max-k", min=1, max=6, help="Largest intersection size (2 = also every pair of attributes)."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared (FHIBE: 10)."),
+    correction: str = typer.Option("bonferroni", "--correction", help="Multiple-comparison correction within each attribute set: bonferroni (FHIBE), holm or bh."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the corrected p-values."),
+    test_unit: str = typer.Option("subject", "--test-unit", help="What the Mann-Whitney tests compare: 'subject' (mean per person; images of one person are not independent) or 'sample' (every image, as the FHIBE paper)."),
+    true_col: Optional[str] = typer.Option(None, "--true-col", help="True class column (samples or scores table): adds recall by class and group, ID and OD with a CI."),
+    pred_col: Optional[str] = typer.Option(None, "--pred-col", help="Predicted class column, with --true-col."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'disparity>0.2', 'accuracy.max_disparity>=0.1', 'od>0.15'. Repeat: any one failing fails."),
+    schema_file: Optional[Path] = typer.Option(None, "--schema", help="JSON schema: declared categories, order, bins, multi-valued attributes, hierarchies."),
+    missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave out), 'keep' (group '(missing)')."),
+    multi: List[str] = typer.Option([], "--multi", help="Attribute whose cells hold several values separated by '|' (a subject counts in each)."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples for confidence intervals (0 = none)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for the bootstrap."),
+    title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+):
+    """Audit a model: disaggregate per-sample scores (recall, IoU, PCK, accuracy, PSNR...) by group and
+    intersection with subject-level bootstrap CIs; compare every pair of groups with Mann-Whitney U tests
+    and Bonferroni/Holm/BH correction; report the FHIBE disparity D, best and worst groups and the top
+    disparities across intersections; optionally multi-class OD. --fail-if gates a CI pipeline."""
+    check_outdir(output)
+    if missing not in ("error", "drop", "keep"):
+        raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
+    if correction not in ("bonferroni", "holm", "bh"):
+        raise FairvisionError(f"--correction must be bonferroni, holm or bh, not {correction!r}")
+    if not 0 < alpha < 1:
+        raise FairvisionError("--alpha must be between 0 and 1")
+    from fairvision.audits.model import parse_condition
+
+    conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
+    paths, result, evaluated = run_model_audit(
+        samples, scores, attr, output, metrics=metric, subject_col=subject_col, lower_is_better=lower_is_better,
+        max_k=max_k, min_subjects=min_subjects, correction=correction, alpha=alpha, test_unit=test_unit,
+        true_col=true_col, pred_col=pred_col, conditions=conditions, schema_file=schema_file, missing=missing,
+        multi=multi, n_boot=n_boot, seed=seed, title=title,
+    )
+    top = result.top_disparities
+    extra = f"{result.n_samples:,} samples, {len(result.metrics)} metrics, {len(result.intersections)} attribute sets"
+    if len(top):
+        lead = top.iloc[0]
+        extra += f"; largest disparity D={lead['disparity']:.3f} ({lead['metric']} by {lead['intersection']})"
+    done(paths, extra)
+    failed = [c for c in evaluated if c["holds"]]
+    if failed:
+        msg = "; ".join(f"{c['condition']} (value {c['value']:.4g})" for c in failed)
+        # One line on stderr, then exit status 1 (2 is for user errors). SystemExit rather than
+        # typer.Exit: fairvision.cli.main() runs typer with standalone_mode=False and drops the exit
+        # code that typer.Exit carries, so the status would be lost.
+        typer.echo(f"fail-if: condition met: {msg}", err=True)
+        raise SystemExit(1)
+
+
+def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_col=None, lower_is_better=(), max_k=1,
+                    min_subjects=10, correction="bonferroni", alpha=0.05, test_unit="subject", true_col=None,
+                    pred_col=None, conditions=(), schema_file=None, schema=None, missing="error", multi=(),
+                    n_boot=1000, seed=0, title=None):
+    """Read, join, audit and write the report; returns ``(paths, result, evaluated_conditions)``."""
+    import numpy as np
+    import pandas as pd
+
+    from fairvision.audits.model import evaluate_conditions, join_scores, model_audit
+    from fairvision.io.tables import SAMPLE_ID, read_table
+    from fairvision.report import Report
+    from fairvision.report.sections.model import model_section
+    from fairvision.schema import Attribute, Schema
+
+    def load(t, role):
+        if isinstance(t, pd.DataFrame):
+            return t, t.attrs.get("source", role)
+        return read_table(t), str(t)
+
+    sdf, s_src = load(samples, "samples")
+    cdf, c_src = load(scores, "scores")
+    data = join_scores(sdf, cdf, samples_source=s_src, scores_source=c_src)
+    if not metrics:
+        metrics = [c for c in cdf.columns if c != SAMPLE_ID and c not in (true_col, pred_col)
+                   and pd.api.types.is_numeric_dtype(cdf[c]) and not pd.api.types.is_bool_dtype(cdf[c])]
+        if not metrics and true_col is None:
+            raise FairvisionError(f"{c_src}: no numeric score columns; name them with --metric")
+    if subject_col is None:
+        subject_col = "subject_id" if "subject_id" in data.columns else None
+    elif subject_col not in data.columns:
+        raise FairvisionError(f"{s_src}: no subject column {subject_col!r}; columns are {', '.join(map(str, sdf.columns))}")
+    if schema is None:
+        schema = Schema.from_file(schema_file) if schema_file else Schema()
+    for a in attributes:
+        if a not in schema:
+            schema.add(Attribute(a, multi=a in multi, missing=missing))
+        else:
+            if missing != "error":
+                schema[a].missing = missing
+            if a in multi:
+                schema[a].multi = True
+    n_sets = sum(_comb(len(attributes), k) for k in range(1, min(max_k, len(attributes)) + 1))
+    total = n_sets * max(1, len(metrics)) + (1 if true_col or pred_col else 0)
+    with _progress(total) as advance:
+        result = model_audit(
+            data, metrics, [schema[a] for a in attributes], subject_col=subject_col, lower_is_better=lower_is_better,
+            max_k=max_k, min_subjects=min_subjects, correction=correction, alpha=alpha, n_boot=n_boot, seed=seed,
+            true_col=true_col, pred_col=pred_col, test_unit=test_unit, progress=advance, source=s_src,
+        )
+    evaluated = evaluate_conditions(list(conditions), result.quantities()) if conditions else []
+    report = Report(
+        title=title or f"Model audit: {Path(c_src).name}",
+        subtitle="fairvision model audit",
+        meta={"samples": s_src, "scores": c_src, "attributes": ", ".join(attributes), "metrics": ", ".join(result.metrics),
+              "correction": correction, "min_subjects": min_subjects, "test_unit": test_unit,
+              "fail_if": [c["condition"] for c in evaluated],
+              "failed": [c["condition"] for c in evaluated if c["holds"]]},
+    )
+    report.add(model_section(result, conditions=evaluated))
+    paths = report.write(output)
+    return paths, result, evaluated
+
+
+def _comb(n: int, k: int) -> int:
+    from math import comb
+
+    return comb(n, k)
+
+
+class _progress:
+    """A rich progress bar on stderr (silent when stderr is not a terminal)."""
+
+    def __init__(self, total: int):
+        self.total = total
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import Progress
+
+        con = Console(stderr=True)
+        if not con.is_terminal:
+            self._p = None
+            return lambda msg: None
+        self._p = Progress(console=con, transient=True)
+        self._p.__enter__()
+        task = self._p.add_task("auditing model", total=self.total)
+        return lambda msg: self._p.update(task, advance=1, description=f"auditing model: {msg}")
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.__exit__(*exc)
+        return False
+
+
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    audit_app.command("model")(audit_model_cmd)

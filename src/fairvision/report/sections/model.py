@@ -1,0 +1,119 @@
+"""Report section of the model audit: forest plots of group metrics with CIs, disparity tables.
+
+Turns a :class:`fairvision.audits.model.ModelAuditResult` into a
+:class:`fairvision.report.Section` (issue 4; METHODS.md sections 4 and 7).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fairvision.report import Section
+from fairvision.report import plots
+
+_MAX_FOREST_ROWS = 40
+
+
+def _forest_frame(table: pd.DataFrame, higher: bool) -> pd.DataFrame:
+    df = table[table["n_samples"] > 0].copy()
+    df.index = [" × ".join(map(str, i)) if isinstance(i, tuple) else str(i) for i in df.index]
+    if len(df) > _MAX_FOREST_ROWS:
+        order = df["mean"].sort_values(ascending=higher).index
+        half = _MAX_FOREST_ROWS // 2
+        df = df.loc[list(order[:half]) + list(order[-half:])]
+    return df
+
+
+def _fmt_cond(c: dict) -> str:
+    return f"{c['condition']} (value {c['value']:.4g}): {'FAILS' if c['holds'] else 'passes'}"
+
+
+def model_section(result, *, conditions: list[dict] | None = None, title: str = "Model performance by group") -> Section:
+    """Build the report section of a model audit.
+
+    Parameters
+    ----------
+    result : ModelAuditResult
+    conditions : list of dict, optional
+        Evaluated ``--fail-if`` conditions (from ``evaluate_conditions``).
+    """
+    unit = "subject means" if result.test_unit == "subject" else "per-image scores"
+    sec = Section(
+        "model",
+        title,
+        intro=(
+            "Per-sample scores disaggregated by group and intersection. Group means carry "
+            f"{int(result.level * 100)}% percentile CIs from a cluster bootstrap over subjects "
+            f"({result.n_boot:,} resamples). Pairs of groups are compared with two-sided Mann-Whitney U tests on "
+            f"{unit}, corrected with {result.correction} within each attribute or intersection "
+            f"(alpha {result.alpha}); for significant pairs the disparity D = 1 - MED(worst)/MED(best) "
+            "(FHIBE; METHODS.md section 4). Groups with fewer than "
+            f"{result.min_subjects} subjects are listed but not compared."
+        ),
+    )
+    top = result.top_disparities
+    sec.metrics("overview", {
+        "samples": result.n_samples,
+        "subjects": result.n_subjects,
+        "metrics": len(result.metrics),
+        "attribute sets": len(result.intersections),
+        "significant pairs": int(result.summary["n_significant"].sum()) if len(result.summary) else 0,
+        "largest D": float(top["disparity"].max()) if len(top) else 0.0,
+    })
+    if result.subject_col is None:
+        sec.note("No subject column: every image is treated as a different person. If people appear in several "
+                 "images the CIs are too narrow and the p-values too small.", "warning")
+    if result.lower_is_better:
+        sec.note(f"Lower is better for: {', '.join(result.lower_is_better)} (the worst group has the larger median).")
+    if conditions:
+        failed = [c for c in conditions if c["holds"]]
+        sec.note("; ".join(_fmt_cond(c) for c in conditions), "finding" if failed else "info")
+    if len(top):
+        sec.text("Top disparities: for each metric and attribute set, the significant pair of groups with the largest D, "
+                 "in the layout of the FHIBE paper's Extended Data Table 2.")
+        show = top.copy()
+        show["intersection"] = show["intersection"].astype(str)
+        sec.table("top_disparities", show, "Largest significant disparity per metric and attribute set")
+        lead = top.iloc[0]
+        sec.note(f"Largest disparity: {lead['metric']} by {lead['intersection']}: D = {lead['disparity']:.3f}, worst "
+                 f"{lead['worst_group']} (median {lead['median_worst']:.4g}) vs best {lead['best_group']} "
+                 f"(median {lead['median_best']:.4g}), adjusted p = {lead['p_adjusted']:.3g}.", "finding")
+    else:
+        sec.note("No pair of groups differs significantly after correction.")
+    sec.table("summary", result.summary, "Worst and best group by mean, difference and ratio with bootstrap CIs, tests per attribute set")
+    small = result.too_small()
+    if len(small):
+        sec.note(f"{len(small)} groups have fewer than {result.min_subjects} subjects and are too small to judge; "
+                 "they are listed with their numbers but not compared.", "warning")
+        sec.table("too_small", small, "Groups too small to judge", max_rows=50)
+    for m in result.metrics:
+        higher = m not in result.lower_is_better
+        for inter in result.intersections:
+            table = result.groups[(m, inter)]
+            fdf = _forest_frame(table, higher)
+            if len(fdf) and inter.count("×") <= 1:
+                fig = plots.forest(fdf, estimate="mean", low="ci_low", high="ci_high", flag="too_small",
+                                   title=f"{m} by {inter}", xlabel=f"mean {m} ({int(result.level * 100)}% CI)",
+                                   reference=float(np.nanmean(table["mean"])) if table["mean"].notna().any() else None)
+                extra = " (40 most extreme groups)" if len(table[table["n_samples"] > 0]) > _MAX_FOREST_ROWS else ""
+                sec.figure(f"forest_{m}_{inter}", fig, f"Mean {m} by {inter} with CIs{extra}; red: too small to judge",
+                           data=fdf[["mean", "ci_low", "ci_high", "n_subjects"]].reset_index().to_dict("list"))
+            sec.table(f"groups_{m}_{inter}", table, f"{m} by {inter}", max_rows=60, highlight="too_small")
+            pw = result.pairwise[(m, inter)]
+            if len(pw):
+                sig = pw[pw["significant"].astype(bool)].sort_values("disparity", ascending=False)
+                cols = ["group_a", "group_b", "median_a", "median_b", "u", "p_value", "p_adjusted", "significant",
+                        "worst", "best", "disparity", "effect_size"]
+                sec.table(f"pairs_{m}_{inter}", pw[cols].astype({"group_a": str, "group_b": str, "worst": str, "best": str}),
+                          f"Pairwise Mann-Whitney tests, {m} by {inter} ({len(sig)} of {len(pw)} significant)",
+                          max_rows=30, highlight="significant")
+    for inter, od in result.od.items():
+        sec.metrics(f"od_{inter}", {"OD": od.od, "CI low": od.ci_low, "CI high": od.ci_high},
+                    caption=f"Overall disparity of per-class recall by {inter} (METHODS.md 7), {int(od.level * 100)}% CI")
+        if od.recall.size <= 400:
+            fig = plots.heatmap(od.recall, title=f"Recall by class and {inter}", vmin=0, vmax=1, cbar_label="recall")
+            sec.figure(f"recall_{inter}", fig, f"Recall of each class within each group ({inter})",
+                       data=od.recall.to_dict())
+        sec.table(f"id_{inter}", od.id_per_class.to_frame(), f"Intraclass disparity ID per class ({inter})")
+    return sec
