@@ -1,0 +1,1 @@
+"""Bias diagnosis (METHODS.md section 4; Thong et al. 4.3)."""

@@ -1,0 +1,190 @@
+"""Error modelling, error patterns and confounder control on synthetic data with and without a planted cause."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from fairvision.audits.diagnosis.confounders import control_confounder
+from fairvision.audits.diagnosis.error_model import (
+    elbow_point,
+    encode_features,
+    group_mean_bootstrap,
+    group_mean_bootstrap_naive,
+    model_errors,
+)
+from fairvision.audits.diagnosis.patterns import (
+    LOW_ITEM,
+    add_rule_attribute,
+    find_error_patterns,
+    low_score_flags,
+    rule_mask,
+)
+from fairvision.errors import ColumnError, FairvisionError
+
+FEATURES = ["skin_tone", "lighting", "visible_keypoints", "pose", "age"]
+
+
+def synth(n_subj=300, per=2, planted=True, seed=0):
+    """Scores driven by lighting (dim: -0.25) only; dim lighting is more common for dark skin."""
+    rng = np.random.default_rng(seed)
+    n = n_subj * per
+    subj = np.repeat(np.arange(n_subj), per)
+    tone = np.where(rng.random(n_subj) < 0.5, "dark", "light")[subj]
+    lighting = np.where(rng.random(n) < np.where(tone == "dark", 0.7, 0.2), "dim", "bright")
+    age = rng.integers(18, 80, n).astype(float)
+    age[rng.random(n) < 0.1] = np.nan
+    score = rng.normal(0.8, 0.08, n) - (0.25 * (lighting == "dim") if planted else 0.0)
+    return pd.DataFrame({"subject_id": subj.astype(str), "skin_tone": tone, "lighting": lighting,
+                         "visible_keypoints": rng.integers(0, 18, n), "pose": rng.choice(["standing", "sitting", "lying"], n),
+                         "age": age, "score": score.clip(0, 1)})
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return synth()
+
+
+def test_error_model_ranks_planted_feature_first(planted):
+    r = model_errors(planted, "score", FEATURES, n_estimators=60, n_boot=400)
+    assert r.importances.index[0] == "lighting"
+    assert r.importances.sort_values("permutation", ascending=False).index[0] == "lighting"
+    assert "lighting" in r.selected and r.explained
+    worst = r.rules.iloc[0]
+    assert "lighting = dim" in worst["rule"] and worst["mean"] < 0.65
+    assert worst["rule"].endswith(f"n = {worst['n']}")
+    assert r.rules["n"].sum() == len(planted) and r.by_subject and r.n_subjects == 300
+
+
+def test_error_model_without_cause_explains_nothing():
+    r = model_errors(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200)
+    assert not r.explained and r.r2_forest < 0.02
+
+
+def test_error_model_reproducible_under_seed(planted):
+    a = model_errors(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
+    b = model_errors(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
+    pd.testing.assert_frame_equal(a.importances, b.importances)
+    pd.testing.assert_frame_equal(a.rules, b.rules)
+
+
+def test_error_model_input_errors(planted):
+    with pytest.raises(ColumnError):
+        model_errors(planted, "nope", FEATURES)
+    with pytest.raises(ColumnError):
+        model_errors(planted, "score", ["lighting", "nope"])
+    bad = planted.assign(score=planted["score"].astype(object))
+    bad.loc[3, "score"] = "abc"
+    with pytest.raises(ColumnError, match="row 4"):
+        model_errors(bad, "score", FEATURES)
+
+
+def test_encoding_categorical_missing_and_integer_rules():
+    df = pd.DataFrame({"pose": ["a", None, "b", "a"], "kp": [1, 2, np.nan, 4], "w": [0.5, 1.5, 2.0, 1.0]})
+    enc = encode_features(df, ["pose", "kp", "w"])
+    assert enc.kinds == {"pose": "categorical", "kp": "integer", "w": "numeric"}
+    assert enc.level[:3] == ["a", "b", "(missing)"]
+    np.testing.assert_array_equal(enc.X[:, 2], [0, 1, 0, 0])
+    assert np.isnan(enc.X[2, 3]) and enc.has_missing["kp"]
+
+
+def test_rule_sentences_read_like_fhibe():
+    rng = np.random.default_rng(0)
+    n = 600
+    kp = rng.integers(0, 18, n)
+    pose = rng.choice(["standing", "lying"], n)
+    score = 0.9 - 0.4 * ((kp <= 8) & (pose == "lying")) + rng.normal(0, 0.02, n)
+    r = model_errors(pd.DataFrame({"kp": kp, "pose": pose, "ar": score}), "ar", ["kp", "pose"],
+                     subject_col=None, label="AR", n_estimators=30, n_boot=200, max_depth=2)
+    worst = r.rules.iloc[0]
+    assert worst["condition"] in ("kp <= 8 and pose = lying", "pose = lying and kp <= 8")
+    truth = score[(kp <= 8) & (pose == "lying")]
+    assert worst["n"] == truth.size and worst["mean"] == pytest.approx(truth.mean())
+    assert worst["rule"].startswith(worst["condition"] + f": mean AR {truth.mean():.3g}")
+
+
+def test_elbow_point():
+    assert elbow_point([0.8, 0.05, 0.04, 0.03, 0.02, 0.01]) == 2
+    assert elbow_point([0.3, 0.28, 0.26, 0.05, 0.04, 0.03, 0.02]) == 4
+    assert elbow_point([0.1] * 8, max_k=6) == 6
+    assert elbow_point([0.5]) == 1
+
+
+def test_bootstrap_vectorised_equals_loop_and_analytic_se():
+    rng = np.random.default_rng(2)
+    v = rng.normal(size=120)
+    g = rng.integers(0, 3, 120)
+    c = np.repeat(np.arange(40), 3)
+    fast = group_mean_bootstrap(v, g, c, n_boot=200, seed=3, chunk=64)
+    slow = group_mean_bootstrap_naive(v, g, c, n_boot=200, seed=3, chunk=64)
+    pd.testing.assert_frame_equal(fast, slow, rtol=1e-10)
+    # row bootstrap of one group's mean: SE close to sd / sqrt(n)
+    x = rng.normal(size=400)
+    se = group_mean_bootstrap(x, np.zeros(400, int), np.arange(400), n_boot=4000, seed=0)["se"].iloc[0]
+    assert se == pytest.approx(x.std(ddof=0) / np.sqrt(400), rel=0.08)
+
+
+def test_patterns_name_planted_item(planted):
+    r = find_error_patterns(planted, "score", FEATURES, low_quantile=0.2)
+    assert r.n_low == int(np.sum(planted["score"] <= np.quantile(planted["score"], 0.2)))
+    top = r.rules.iloc[0]
+    assert ("lighting", "dim") in top["antecedent"] and top["significant"]
+    single = r.rules[r.rules["items"] == "lighting = dim"].iloc[0]
+    low = planted["score"].to_numpy() <= r.threshold
+    dim = (planted["lighting"] == "dim").to_numpy()
+    assert single["confidence"] == pytest.approx(low[dim].mean())
+    assert single["lift"] == pytest.approx(low[dim].mean() / low.mean())
+    p = stats.fisher_exact([[np.sum(low & dim), np.sum(~low & dim)], [np.sum(low & ~dim), np.sum(~low & ~dim)]],
+                           alternative="greater").pvalue
+    assert single["pvalue"] == pytest.approx(p, rel=1e-6)
+    for k in r.rules.index[:10]:
+        assert rule_mask(planted, r.items(k)).sum() == r.rules.loc[k, "n_matching"]
+    grouped = add_rule_attribute(planted, r.items(1), "pattern1")
+    assert grouped["pattern1"].eq("matches").sum() == top["n_matching"]
+
+
+def test_patterns_without_cause_flag_at_most_nominal_rate():
+    flagged = sum(bool(find_error_patterns(synth(120, 2, planted=False, seed=s), "score", FEATURES).rules["significant"].any())
+                  for s in range(20))
+    assert flagged <= 3  # Holm controls the family-wise rate at 5%: expect about 1 in 20
+
+
+def test_low_score_flags_threshold_and_orientation():
+    low, cut = low_score_flags([0.1, 0.5, 0.9, 0.3], low_threshold=0.3)
+    assert cut == 0.3 and low.tolist() == [True, False, False, True]
+    low, cut = low_score_flags([1, 2, 3, 4, 5], low_quantile=0.2, higher_is_better=False)
+    assert cut == pytest.approx(4.2) and low.tolist() == [False] * 4 + [True]
+    with pytest.raises(FairvisionError):
+        low_score_flags([1, 2], low_quantile=1.5)
+
+
+def test_confounder_disparity_vanishes_within_strata(planted):
+    r = control_confounder(planted, "score", "skin_tone", "lighting")
+    assert r.disparity_before and not r.survives
+    assert not r.within["significant"].any()
+    assert r.message.startswith("No significant skin tone difference once lighting is held fixed")
+    # a non-confounder does not explain it away
+    r2 = control_confounder(planted, "score", "skin_tone", "pose")
+    assert r2.survives
+
+
+def test_confounder_binary_outcome_uses_cmh(planted):
+    d = planted.assign(detected=(planted["score"] > 0.6).astype(int))
+    r = control_confounder(d, "detected", "skin_tone", "lighting")
+    assert r.outcome == "binary" and r.test == "Cochran-Mantel-Haenszel"
+    assert r.disparity_before and not r.survives
+
+
+def test_confounder_null_rate():
+    rej = 0
+    for s in range(30):
+        d = synth(80, 2, planted=False, seed=100 + s)
+        rej += control_confounder(d, "score", "skin_tone", "lighting").survives
+    assert rej <= 4  # nominal 5% of 30 = 1.5
+
+
+def test_confounder_flags_small_cells():
+    d = synth(60, 1, seed=3)
+    r = control_confounder(d, "score", "skin_tone", "visible_keypoints", min_count=25)
+    assert r.within["too_small"].any()
+    assert r.within.loc[r.within["too_small"], "pvalue"].isna().all()
