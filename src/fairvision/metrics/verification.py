@@ -1,0 +1,228 @@
+"""Face verification by group: TAR at a fixed FAR, and the pairs to score (METHODS.md section 4).
+
+FHIBE evaluates face verification as the true accept rate at FAR = 0.001 per
+group, on all positive pairs (same identity) and "hard" negative pairs
+restricted to the same pronoun and a skin tone within one Fitzpatrick level.
+Everything here is vectorised over pairs: thresholds come from a partial sort
+(``np.partition``), pairs from index arithmetic per block of samples.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import FairvisionError
+
+
+@dataclass
+class TarResult:
+    """TAR at FAR: ``tar`` at ``threshold`` (accept when score > threshold)."""
+
+    tar: float
+    threshold: float
+    far: float
+    far_target: float
+    n_genuine: int
+    n_impostor: int
+
+    @property
+    def statistic(self) -> float:
+        return self.tar
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([self.__dict__])
+
+
+def _threshold(impostor: np.ndarray, far: float) -> float:
+    """Smallest threshold whose false accept rate (score > threshold) is at most ``far``."""
+    n = impostor.size
+    if n == 0:
+        raise FairvisionError("TAR at FAR needs impostor (negative) pairs")
+    k = int(np.floor(far * n + 1e-9))  # false accepts allowed
+    if k >= n:
+        return -np.inf
+    kth = n - k - 1  # the (k+1)-th largest impostor score
+    return float(np.partition(impostor, kth)[kth])
+
+
+def tar_at_far(scores, genuine, far: float = 0.001) -> TarResult:
+    """True accept rate at a false accept rate (FHIBE default FAR = 0.001).
+
+    Parameters
+    ----------
+    scores : array_like of float
+        Similarity of every pair (higher = more alike).
+    genuine : array_like of bool
+        True for positive pairs (same identity), False for impostors.
+    far : float
+        Target false accept rate.
+
+    Returns
+    -------
+    TarResult
+        The threshold is the (k+1)-th largest impostor score with
+        ``k = floor(far * n_impostor)`` and pairs are accepted when their
+        score is strictly greater, so at most k impostors are accepted (fewer
+        with ties): the achieved ``far`` never exceeds the target.
+    """
+    s = np.asarray(scores, dtype=float).ravel()
+    g = np.asarray(genuine, dtype=bool).ravel()
+    if s.size != g.size:
+        raise FairvisionError(f"tar_at_far: {s.size} scores but {g.size} genuine flags")
+    if np.isnan(s).any():
+        raise FairvisionError("tar_at_far: a score is NaN")
+    if not 0 <= far <= 1:
+        raise FairvisionError(f"tar_at_far: FAR must be in [0, 1], got {far}")
+    gen, imp = s[g], s[~g]
+    if gen.size == 0:
+        raise FairvisionError("TAR at FAR needs genuine (positive) pairs")
+    thr = _threshold(imp, far)
+    return TarResult(float(np.count_nonzero(gen > thr) / gen.size), thr, float(np.count_nonzero(imp > thr) / imp.size),
+                     far, int(gen.size), int(imp.size))
+
+
+def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshold: str = "group") -> pd.DataFrame:
+    """TAR at FAR for every group of pairs.
+
+    ``threshold="group"`` (FHIBE: TAR at FAR = 0.001 *per group*) sets each
+    group's own threshold from its impostors; ``"global"`` uses one threshold
+    from all impostors and reports each group's TAR and achieved FAR at it.
+    Returns a DataFrame indexed by group: tar, threshold, far, n_genuine, n_impostor.
+    """
+    if threshold not in ("group", "global"):
+        raise FairvisionError(f"threshold must be 'group' or 'global', not {threshold!r}")
+    s = np.asarray(scores, dtype=float).ravel()
+    g = np.asarray(genuine, dtype=bool).ravel()
+    codes, labels = pd.factorize(pd.Series(np.asarray(groups, dtype=object)), sort=True)
+    if codes.size != s.size:
+        raise FairvisionError(f"tar_at_far_by_group: {s.size} scores but {codes.size} group labels")
+    glob = _threshold(s[~g], far) if threshold == "global" else None
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
+    rows = []
+    for i in range(len(labels)):  # one vectorised step per group
+        idx = order[bounds[i]:bounds[i + 1]]
+        gs, gg = s[idx], g[idx]
+        gen, imp = gs[gg], gs[~gg]
+        if gen.size == 0 or imp.size == 0:
+            rows.append((np.nan, np.nan, np.nan, gen.size, imp.size))
+            continue
+        thr = glob if glob is not None else _threshold(imp, far)
+        rows.append((np.count_nonzero(gen > thr) / gen.size, thr, np.count_nonzero(imp > thr) / imp.size, gen.size, imp.size))
+    out = pd.DataFrame(rows, columns=["tar", "threshold", "far", "n_genuine", "n_impostor"], index=pd.Index(list(labels), name="group"))
+    return out
+
+
+def cosine_scores(embeddings, i, j, *, chunk: int = 1_000_000) -> np.ndarray:
+    """Cosine similarity of embedding rows ``i[k]`` and ``j[k]`` for every pair k (chunked)."""
+    e = np.asarray(embeddings, dtype=np.float32)
+    if e.ndim != 2:
+        raise FairvisionError(f"embeddings must be a 2-D array (samples x dims), got shape {e.shape}")
+    norm = np.linalg.norm(e, axis=1, keepdims=True)
+    if np.any(norm == 0):
+        raise FairvisionError(f"embedding row {int(np.flatnonzero(norm.ravel() == 0)[0])} is all zeros")
+    e = e / norm
+    i = np.asarray(i, dtype=np.int64)
+    j = np.asarray(j, dtype=np.int64)
+    out = np.empty(i.size, dtype=np.float32)
+    for c in range(0, i.size, chunk):
+        out[c:c + chunk] = np.einsum("ij,ij->i", e[i[c:c + chunk]], e[j[c:c + chunk]])
+    return out
+
+
+def positive_pairs(identities) -> tuple[np.ndarray, np.ndarray]:
+    """All pairs ``(i, j)``, ``i < j``, of samples with the same identity.
+
+    Vectorised by identity size: for every distinct number of images s, the
+    s(s-1)/2 index pairs are laid over all identities of that size at once.
+    """
+    codes, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
+    if (codes < 0).any():
+        raise FairvisionError(f"identity of sample {int(np.flatnonzero(codes < 0)[0]) + 1} is missing")
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    ii, jj = [], []
+    for s in np.unique(counts[counts >= 2]):
+        a, b = np.triu_indices(int(s), 1)
+        st = starts[counts == s]
+        ii.append(order[(st[:, None] + a[None, :]).ravel()])
+        jj.append(order[(st[:, None] + b[None, :]).ravel()])
+    if not ii:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    i, j = np.concatenate(ii), np.concatenate(jj)
+    return np.minimum(i, j), np.maximum(i, j)
+
+
+_ROMAN = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii": 8, "ix": 9, "x": 10}
+
+
+def tone_levels(values) -> np.ndarray:
+    """Skin tone levels as integers: numbers, or Fitzpatrick labels like ``"Type IV"`` / ``"IV"``."""
+    out = np.empty(len(values), dtype=np.int64)
+    for k, v in enumerate(values):  # per sample label parsing, not per pair
+        s = str(v).strip().lower()
+        m = re.fullmatch(r"(?:type|fitzpatrick|st|mst)?\s*([ivx]+|\d+)", s)
+        if not m:
+            raise FairvisionError(f"skin tone of sample {k + 1} is {v!r}; expected a level like 4, 'IV' or 'Type IV'")
+        tok = m.group(1)
+        out[k] = int(tok) if tok.isdigit() else _ROMAN.get(tok, -1)
+        if out[k] < 0:
+            raise FairvisionError(f"skin tone of sample {k + 1} is {v!r}; not a known level")
+    return out
+
+
+def hard_negative_pairs(identities, pronouns, skin_tones, *, max_tone_diff: int = 1,
+                        max_pairs: int = 50_000_000) -> tuple[np.ndarray, np.ndarray]:
+    """FHIBE hard negatives: different identity, same pronoun, skin tone within ``max_tone_diff`` levels.
+
+    Samples are grouped into blocks by (pronoun, tone level); pairs come from
+    the index products of each block with itself and with the blocks up to
+    ``max_tone_diff`` levels above, minus pairs of the same identity.
+
+    Raises
+    ------
+    FairvisionError
+        If more than ``max_pairs`` pairs would be built (memory guard).
+    """
+    ident, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
+    pron, _ = pd.factorize(pd.Series(np.asarray(pronouns, dtype=object)))
+    tone = tone_levels(list(skin_tones))
+    n = ident.size
+    if not (pron.size == tone.size == n):
+        raise FairvisionError("hard_negative_pairs: identities, pronouns and skin tones differ in length")
+    if (pron < 0).any():
+        raise FairvisionError(f"pronoun of sample {int(np.flatnonzero(pron < 0)[0]) + 1} is missing")
+    blocks: dict[tuple[int, int], np.ndarray] = {}
+    key = pd.Series(np.arange(n)).groupby([pron, tone]).indices
+    for k, idx in key.items():
+        blocks[(int(k[0]), int(k[1]))] = np.sort(np.asarray(idx))
+    plan = []
+    for (p, t), a in blocks.items():
+        plan.append((a, a, True))
+        for d in range(1, max_tone_diff + 1):
+            b = blocks.get((p, t + d))
+            if b is not None:
+                plan.append((a, b, False))
+    total = sum(len(a) * (len(a) - 1) // 2 if same else len(a) * len(b) for a, b, same in plan)
+    if total > max_pairs:
+        raise FairvisionError(f"hard_negative_pairs: {total:,} candidate pairs exceed max_pairs={max_pairs:,}; "
+                              "subsample identities or raise max_pairs")
+    ii, jj = [], []
+    for a, b, same in plan:
+        if same:
+            x, y = np.triu_indices(len(a), 1)
+            i, j = a[x], a[y]
+        else:
+            i, j = np.repeat(a, len(b)), np.tile(b, len(a))
+        keep = ident[i] != ident[j]
+        ii.append(i[keep])
+        jj.append(j[keep])
+    if not ii:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    i, j = np.concatenate(ii), np.concatenate(jj)
+    return np.minimum(i, j), np.maximum(i, j)
