@@ -1,0 +1,58 @@
+"""Apparent skin colour: colour maths, estimators, categories (issue 3; METHODS.md sections 1-2).
+
+Public names are imported on first use (PEP 562), so ``import fairvision.skin``
+stays cheap. Skin masks live in :mod:`fairvision.skin.masks`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    # colour maths (METHODS.md 1)
+    "srgb_to_lab": "colour",
+    "lab_to_srgb": "colour",
+    "srgb_to_linear": "colour",
+    "linear_to_srgb": "colour",
+    "srgb_to_xyz": "colour",
+    "xyz_to_lab": "colour",
+    "lab_to_xyz": "colour",
+    "xyz_to_srgb": "colour",
+    "chroma": "colour",
+    "hue_angle": "colour",
+    "ita": "colour",
+    "ciede2000": "colour",
+    "gray_level": "colour",
+    # estimators and measurement (METHODS.md 2)
+    "METHODS": "estimators",
+    "measure": "measure",
+    "measure_pixels": "measure",
+    "load_mask": "measure",
+    "SkinMeasurement": "measure",
+    # categories (METHODS.md 1)
+    "tone_hue_category": "categories",
+    "ita_class": "categories",
+    "st_class": "categories",
+    "fitzpatrick_proxy": "categories",
+    "monk_tone": "categories",
+    "categorize": "categories",
+    "add_categories": "categories",
+    "MONK_SRGB": "categories",
+    # masks (part B)
+    "skin_mask": "masks",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fairvision.skin' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fairvision.skin.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
