@@ -25,6 +25,7 @@ import itertools
 import math
 import operator
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -187,7 +188,12 @@ def group_estimates(values: np.ndarray, inter: Intersection, subjects: np.ndarra
     cnt_m = sparse.csr_matrix((np.ones_like(x), (subj, codes)), shape=(S, G))
     with np.errstate(divide="ignore", invalid="ignore"):
         reps = np.asarray((sum_m.T @ weights.T).T) / np.asarray((cnt_m.T @ weights.T).T)
-    lo, hi = percentile_ci(reps, level) if weights.shape[0] else (np.full(G, np.nan), np.full(G, np.nan))
+    if weights.shape[0]:
+        with warnings.catch_warnings():  # empty groups have all-NaN replicates
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo, hi = percentile_ci(reps, level)
+    else:
+        lo, hi = np.full(G, np.nan), np.full(G, np.nan)
     lo = np.where(nz, lo, np.nan)
     hi = np.where(nz, hi, np.nan)
     table = pd.DataFrame({"n_samples": n, "n_subjects": n_subj, "mean": mean, "median": median, "sd": sd,

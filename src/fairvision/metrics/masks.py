@@ -102,7 +102,9 @@ def polygons_to_mask(polygons, height: int, width: int) -> np.ndarray:
     """Rasterise COCO polygons ``[[x1, y1, x2, y2, ...], ...]`` into a binary mask (H, W).
 
     A pixel is inside when its centre ``(col + 0.5, row + 0.5)`` is inside a
-    polygon by the even-odd rule; several polygons are united. Vectorised over
+    polygon by the even-odd rule, with half-open edges (a centre exactly on a
+    left or top edge is inside, on a right or bottom edge outside, so polygons
+    that tile the plane never share a pixel); several polygons are united. Vectorised over
     rows x edges (scanline crossings). pycocotools rasterises boundary pixels
     slightly differently (by up-sampling), so masks can differ by about one
     pixel along the outline.
@@ -124,7 +126,7 @@ def polygons_to_mask(polygons, height: int, width: int) -> np.ndarray:
             t = (yc[:, None] - y[None, :]) / (y2 - y)[None, :]
         xi = x[None, :] + t * (x2 - x)[None, :]
         r, e = np.nonzero(cross)
-        first = np.clip(np.floor(xi[r, e] - 0.5).astype(np.int64) + 1, 0, width)
+        first = np.clip(np.ceil(xi[r, e] - 0.5).astype(np.int64), 0, width)
         toggles = np.zeros((height, width + 1), dtype=np.int64)
         np.add.at(toggles, (r, first), 1)
         inside = (np.cumsum(toggles, axis=1)[:, :width] % 2).astype(bool)
