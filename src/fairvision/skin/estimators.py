@@ -1,0 +1,366 @@
+"""Skin colour estimators over the skin pixels of one image.
+
+Each estimator turns the CIELAB values of one image's skin pixels into one
+colour (L*, a*, b*, hue, chroma, ITA). They are pure numpy functions of the
+pixel arrays; :func:`fairvision.skin.measure.measure` adds image reading, masks,
+smoothing, spread, stability and quality flags.
+
+Methods
+-------
+``thong``
+    Thong et al. (ICCV 2023; METHODS.md section 2), made deterministic:
+    K-Means (k = 5) on per-pixel (L*, h*) with quantile seeding and a
+    vectorised Lloyd's algorithm (coarse-to-fine: converged on a strided
+    subsample, then refined on all pixels until no assignment changes); for
+    each cluster the mode of a Sturges-rule histogram (bin centre); keep the
+    3 clusters with the highest L* mode; pixel-count-weighted mean of their
+    modes. Hue is clustered and averaged as a signed angle in (-180, 180]
+    so that reddish pixels just below 0 deg (b* < 0) stay next to those just
+    above it; the result is reported in [0, 360). Chroma is estimated the same
+    way as L* and h* (weighted mean of the kept clusters' chroma modes), so
+    a* = C cos h, b* = C sin h; the paper itself only defines L* and h*.
+``thong-published``
+    The published code's choices (SonyResearch/apparent_skincolor): scikit-learn
+    ``KMeans(5, n_init=1, random_state=2021)`` (k-means++ seeding), hue
+    arctan(b*/a*) (a* < 0 gives negative angles), the histogram mode at the
+    LEFT bin edge. Kept for comparison with published numbers; its answer
+    depends on the seed.
+``mean``
+    Mean L*, a*, b* of the skin pixels (BiasPainter-style mean colour).
+``median_ita``
+    Khaziev et al.: the median of the per-pixel ITA. L*, a*, b* are reported
+    as per-channel medians.
+``gray_mean``
+    BiasPainter (METHODS.md section 6): mean grey level (BT.601 luma, 0-255)
+    of the face-skin pixels. L*, a*, b* are the mean Lab.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairvision.errors import FairvisionError
+from fairvision.skin.colour import chroma as _chroma
+from fairvision.skin.colour import hue_angle, ita as _ita
+
+__all__ = [
+    "METHODS",
+    "sturges_bins",
+    "histogram_mode",
+    "cluster_histogram_modes",
+    "kmeans_lloyd",
+    "quantile_seeds",
+    "thong",
+    "thong_published",
+    "mean",
+    "median_ita",
+    "gray_mean",
+    "estimate",
+]
+
+METHODS = ("thong", "thong-published", "mean", "median_ita", "gray_mean")
+
+
+def sturges_bins(n: int) -> int:
+    """Number of histogram bins by Sturges' rule, ceil(log2 n + 1) (as numpy's ``bins='sturges'``)."""
+    return int(np.ceil(np.log2(max(int(n), 1)) + 1.0))
+
+
+def histogram_mode(x: np.ndarray, *, edge: str = "center") -> float:
+    """Mode of a Sturges-rule histogram of ``x``.
+
+    Parameters
+    ----------
+    x : 1-D array
+    edge : {"center", "left"}
+        Report the centre of the fullest bin (default) or its left edge (the
+        published code's choice, biased low by half a bin). Ties go to the
+        first (lowest) bin, like ``numpy.argmax``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        return float("nan")
+    if edge == "left":
+        counts, edges = np.histogram(x, bins="sturges")
+        return float(edges[counts.argmax()])
+    lo, hi = float(x.min()), float(x.max())
+    if hi == lo:
+        return lo
+    counts, edges = np.histogram(x, bins=sturges_bins(x.size), range=(lo, hi))
+    j = int(counts.argmax())
+    return float(0.5 * (edges[j] + edges[j + 1]))
+
+
+def quantile_seeds(X: np.ndarray, k: int) -> np.ndarray:
+    """Deterministic K-Means seeds: sort by the first column (L*), cut into ``k``
+    equal-count slices and take each slice's mean."""
+    order = np.argsort(X[:, 0], kind="stable")
+    return np.array([X[idx].mean(axis=0) for idx in np.array_split(order, k)])
+
+
+def _nearest(Xa: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Index of the nearest centre for every row of ``Xa`` = [x - mu, 1]."""
+    W = np.vstack([-2.0 * C.T, (C ** 2).sum(axis=1)]).astype(Xa.dtype)
+    D = W.T @ Xa.T  # (k, N): |x - c|^2 - |x|^2
+    best = D[0].copy()
+    labels = np.zeros(D.shape[1], dtype=np.intp)
+    for j in range(1, D.shape[0]):  # k passes over N (an argmin along the short axis is slow in numpy)
+        closer = D[j] < best
+        np.minimum(best, D[j], out=best)
+        labels[closer] = j
+    return labels
+
+
+def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray, int]:
+    """Lloyd's algorithm, vectorised and deterministic.
+
+    Stops when no assignment changes or when the total squared centre shift
+    falls to ``tol`` times the mean per-feature variance (scikit-learn's
+    criterion); the returned labels are the nearest-centre assignment to the
+    returned centres. Squared distances come from one ``(k, 3) @ (3, N)``
+    product on centred data (|x - c|^2 minus the constant |x|^2). An empty
+    cluster keeps its previous centre.
+
+    Returns
+    -------
+    labels : (N,) int
+    centers : (k, d)
+    n_iter : int
+    """
+    X = np.asarray(X, dtype=np.float64)
+    mu = X.mean(axis=0)
+    Xa = np.empty((X.shape[0], X.shape[1] + 1), dtype=np.float32)
+    Xa[:, :-1] = X - mu
+    Xa[:, -1] = 1.0
+    C = np.array(centers, dtype=np.float64) - mu
+    k = C.shape[0]
+    thresh = tol * float(np.mean(X.var(axis=0)))
+    labels = None
+    it = 0
+    for it in range(1, max_iter + 1):
+        new = _nearest(Xa, C)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        counts = np.bincount(labels, minlength=k)
+        nz = counts > 0
+        C_old = C.copy()
+        for d in range(X.shape[1]):
+            s = np.bincount(labels, weights=Xa[:, d], minlength=k)
+            C[nz, d] = s[nz] / counts[nz]
+        if ((C - C_old) ** 2).sum() <= thresh:
+            labels = _nearest(Xa, C)
+            break
+    return labels, C + mu, it
+
+
+def _cluster_modes(labels: np.ndarray, cols: list[np.ndarray], k: int, edge: str):
+    """Per-cluster histogram modes, one ``numpy.histogram`` call per cluster and column."""
+    counts = np.bincount(labels, minlength=k)
+    modes = np.full((k, len(cols)), np.nan)
+    for c in range(k):
+        if counts[c]:
+            sel = labels == c
+            for j, col in enumerate(cols):
+                modes[c, j] = histogram_mode(col[sel], edge=edge)
+    return counts, modes
+
+
+def cluster_histogram_modes(labels: np.ndarray, cols: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sturges-histogram mode (bin centre) of every column within every cluster, vectorised.
+
+    Equivalent to calling :func:`histogram_mode` per cluster and column, but
+    all clusters are binned at once: pixels are grouped by cluster with one
+    O(N) radix sort, per-cluster ranges come from ``reduceat`` and the
+    per-(cluster, bin) counts from one ``bincount``. Bin indices follow
+    ``numpy.histogram`` (``floor((x - lo) * nbins / (hi - lo))``, the maximum
+    going into the last bin).
+
+    Returns
+    -------
+    counts : (k,) int
+        Cluster sizes.
+    modes : (k, len(cols)) float
+        NaN for empty clusters.
+    """
+    labels = np.asarray(labels)
+    counts = np.bincount(labels, minlength=k)
+    modes = np.full((k, len(cols)), np.nan)
+    nz = np.flatnonzero(counts)
+    if nz.size == 0:
+        return counts, modes
+    order = np.argsort(labels.astype(np.uint8 if k < 256 else np.int64), kind="stable")
+    seg = labels[order]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[nz]
+    nb = np.zeros(k, dtype=np.int64)
+    nb[nz] = [sturges_bins(c) for c in counts[nz]]
+    offsets = np.concatenate([[0], np.cumsum(nb)[:-1]])
+    seg_nb = nb[seg]
+    for j, col in enumerate(cols):
+        xs = np.asarray(col, dtype=np.float64)[order]
+        lo = np.zeros(k)
+        hi = np.zeros(k)
+        lo[nz] = np.minimum.reduceat(xs, starts)
+        hi[nz] = np.maximum.reduceat(xs, starts)
+        span = hi - lo
+        norm = np.divide(nb, span, out=np.zeros(k), where=span > 0)
+        idx = ((xs - lo[seg]) * norm[seg]).astype(np.int64)
+        idx = np.minimum(idx, seg_nb - 1)
+        hist = np.bincount(offsets[seg] + idx, minlength=int(nb.sum()))
+        for c in nz:  # k small argmaxes over the per-cluster bin counts
+            h = hist[offsets[c]:offsets[c] + nb[c]]
+            b = int(h.argmax())
+            modes[c, j] = lo[c] if span[c] == 0 else lo[c] + (b + 0.5) * span[c] / nb[c]
+    return counts, modes
+
+
+def _combine_top(counts, modes, top):
+    valid = np.flatnonzero(counts > 0)
+    order = valid[np.argsort(-modes[valid, 0], kind="stable")][:top]
+    w = counts[order].astype(np.float64)
+    est = (modes[order] * w[:, None]).sum(axis=0) / w.sum()
+    spread = np.sqrt(((modes[order] - est) ** 2 * w[:, None]).sum(axis=0) / w.sum())
+    return est, spread, order
+
+
+def _result(L, a, b, hue, ita_value=None, gray=None, **extra) -> dict:
+    lab = np.array([L, a, b], dtype=np.float64)
+    return {
+        "L": float(L),
+        "a": float(a),
+        "b": float(b),
+        "hue": float(hue_angle(lab)),
+        "chroma": float(np.hypot(a, b)),
+        "ita": float(_ita(lab)) if ita_value is None else float(ita_value),
+        "gray": None if gray is None else float(gray),
+        "extra": extra,
+    }
+
+
+def thong(lab: np.ndarray, *, k: int = 5, top: int = 3, coarse: int = 20000, details: bool = True,
+          init_centers: np.ndarray | None = None) -> dict:
+    """Deterministic Thong et al. estimator (METHODS.md section 2) on CIELAB pixels.
+
+    Parameters
+    ----------
+    lab : (N, 3) array
+        CIELAB of the (already smoothed) skin pixels.
+    k, top : int
+        Number of clusters (5) and of kept clusters with the highest L* mode (3).
+    coarse : int
+        Size of the strided subsample on which Lloyd's algorithm first
+        converges before it is refined on all pixels (speed only; the answer
+        is a fixed point of Lloyd's algorithm on all pixels).
+    init_centers : (k, 2) array, optional
+        Start Lloyd's algorithm from these (L*, signed h*) centres instead of
+        the quantile seeds (used for the bootstrap replicates of the
+        stability measure, which restart from the full-sample solution).
+
+    Returns
+    -------
+    dict with ``L``, ``a``, ``b``, ``hue`` (degrees, [0, 360)), ``chroma``,
+    ``ita`` and ``extra`` (cluster centres, sizes, modes, kept clusters and the
+    weighted spread of the kept modes, as the published code reports).
+    """
+    lab = np.asarray(lab)
+    n = lab.shape[0]
+    if n < k:
+        raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
+    L = lab[:, 0].astype(np.float64)
+    h = hue_angle(lab, convention="signed").astype(np.float64)
+    C = _chroma(lab).astype(np.float64)
+    X = np.column_stack([L, h])
+    step = max(1, n // coarse)
+    if init_centers is not None:
+        centers = np.asarray(init_centers, dtype=np.float64)
+    elif step > 1:
+        sub = X[::step]
+        _, centers, _ = kmeans_lloyd(sub, quantile_seeds(sub, k))
+    else:
+        centers = quantile_seeds(X, k)
+    labels, centers, n_iter = kmeans_lloyd(X, centers)
+    counts, modes = cluster_histogram_modes(labels, [L, h, C], k)
+    est, spread, kept = _combine_top(counts, modes, top)
+    Lm, hm, Cm = est
+    rad = np.radians(hm)
+    extra = {}
+    if details:
+        extra = {
+            "cluster_centers": centers.tolist(),
+            "cluster_sizes": counts.tolist(),
+            "cluster_modes": modes.tolist(),
+            "kept_clusters": kept.tolist(),
+            "L_mode_spread": float(spread[0]),
+            "hue_mode_spread": float(spread[1]),
+            "n_iter": int(n_iter),
+        }
+    return _result(Lm, Cm * np.cos(rad), Cm * np.sin(rad), None, **extra)
+
+
+def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, random_state: int = 2021, n_init: int = 1) -> dict:
+    """The published Thong et al. choices (see module docstring), for comparison.
+
+    The returned ``hue`` is the published arctan(b*/a*) angle (it can be
+    negative); a*, b* are the weighted means of the kept clusters' a*, b* modes
+    taken the same way (left bin edges).
+    """
+    from sklearn.cluster import KMeans
+
+    lab = np.asarray(lab, dtype=np.float64)
+    if lab.shape[0] < k:
+        raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {lab.shape[0]}")
+    L = lab[:, 0]
+    h = hue_angle(lab, convention="arctan")
+    X = np.column_stack([L, h])
+    labels = KMeans(k, n_init=n_init, random_state=random_state).fit(X).labels_
+    counts, modes = _cluster_modes(labels, [L, h, lab[:, 1], lab[:, 2]], k, "left")
+    est, spread, kept = _combine_top(counts, modes, top)
+    out = _result(est[0], est[2], est[3], None, L_mode_spread=float(spread[0]), hue_mode_spread=float(spread[1]),
+                  kept_clusters=kept.tolist(), random_state=random_state, n_init=n_init)
+    out["hue"] = float(est[1])
+    return out
+
+
+def mean(lab: np.ndarray) -> dict:
+    """Mean CIELAB of the skin pixels; hue, chroma and ITA of that mean colour."""
+    m = np.asarray(lab, dtype=np.float64).mean(axis=0)
+    return _result(m[0], m[1], m[2], None)
+
+
+def median_ita(lab: np.ndarray) -> dict:
+    """Khaziev et al.: median of the per-pixel ITA (METHODS.md section 1).
+
+    ``ita`` is the median ITA; ``L``, ``a``, ``b`` are per-channel medians and
+    ``hue`` / ``chroma`` belong to that median colour.
+    """
+    lab = np.asarray(lab)
+    med = np.median(lab, axis=0).astype(np.float64)
+    return _result(med[0], med[1], med[2], None, ita_value=float(np.median(_ita(lab))))
+
+
+def gray_mean(lab: np.ndarray, gray: np.ndarray) -> dict:
+    """BiasPainter: mean grey level (0-255) of the skin pixels; L*, a*, b* are the mean Lab."""
+    out = mean(lab)
+    out["gray"] = float(np.mean(gray, dtype=np.float64))
+    return out
+
+
+def estimate(method: str, lab: np.ndarray, gray: np.ndarray | None = None, **kw) -> dict:
+    """Dispatch to the estimator named ``method`` (one of :data:`METHODS`)."""
+    if method == "thong":
+        out = thong(lab, **kw)
+    elif method == "thong-published":
+        out = thong_published(lab, **kw)
+    elif method == "mean":
+        out = mean(lab)
+    elif method == "median_ita":
+        out = median_ita(lab)
+    elif method == "gray_mean":
+        if gray is None:
+            raise FairvisionError("the gray_mean estimator needs the RGB pixels")
+        out = gray_mean(lab, gray)
+    else:
+        raise FairvisionError(f"unknown skin colour method {method!r}; choose one of {', '.join(METHODS)}")
+    if out["gray"] is None and gray is not None:
+        out["gray"] = float(np.mean(gray, dtype=np.float64))
+    return out
