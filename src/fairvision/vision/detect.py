@@ -8,6 +8,7 @@ Models are cached per process.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -24,6 +25,7 @@ def get_face_detector(model: int = 0, min_confidence: float = 0.3):
         with _LOCK:
             det = _MODELS.get(key)
             if det is None:
+                os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
                 import mediapipe as mp  # heavy; imported on first use
 
                 det = mp.solutions.face_detection.FaceDetection(

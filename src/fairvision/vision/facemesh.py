@@ -12,6 +12,7 @@ are chained into an ordered polygon, the other parts are used as point sets.
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import lru_cache
 
@@ -26,6 +27,7 @@ MESH_MAX_SIDE = 1024
 
 
 def _mp_face_mesh():
+    os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
     import mediapipe as mp  # heavy; imported on first use
 
     return mp.solutions.face_mesh

@@ -1,0 +1,513 @@
+"""Measure apparent skin colour over many images: parallel, resumable, with QA overlays.
+
+One row per image (issue 3, item 6): decode (:func:`fairvision.io.images.read_image`),
+skin mask (:func:`fairvision.skin.masks.skin_mask`, or a supplied mask file),
+colour estimate (:func:`fairvision.skin.measure`, METHODS.md sections 1-2),
+then the skin-colour categories (:func:`fairvision.skin.categories.add_categories`).
+
+- Parallel: a local process pool (:mod:`fairvision.engine`) whose workers build
+  the face models once each.
+- Resumable cache: one small JSON record per image in ``cache_dir``, named by
+  a SHA-256 of the image's absolute path, size and modification time, the mask
+  file's (if any), every parameter that changes the answer and the package
+  version. Records are written as results arrive, so an interrupted run
+  continues where it stopped; a changed image or parameter is a miss.
+- Failures are rows: an unreadable image, no face, too few skin pixels or an
+  exception in a worker give ``ok=False`` and a ``reason``.
+- QA overlays (``overlays_dir``): the image with the mask tinted and outlined,
+  the face outlines, and for ``thong`` the pixels coloured by K-Means cluster
+  (the kept clusters in colour, the dropped ones grey).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+
+#: Bump when a change in this pipeline changes cached results.
+CACHE_VERSION = 1
+MASK_SUFFIXES = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg", ".webp")
+RESULT_COLUMNS = [
+    SAMPLE_ID, IMAGE_PATH, "L", "a", "b", "hue", "ita", "chroma", "n_pixels", "n_faces",
+    "mask_method", "trust", "ok", "reason", "flags",
+]
+
+# per-process worker state (the models live in the vision modules' caches)
+_WORKER: dict[str, Any] = {}
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _as_table(source) -> pd.DataFrame:
+    """A sample table with ``sample_id`` and ``image_path`` from any accepted input."""
+    from fairvision.datasets.demo import IMAGE_SUFFIXES, from_folder
+    from fairvision.io.tables import read_table
+
+    if isinstance(source, pd.DataFrame):
+        df = source.copy()
+        if IMAGE_PATH not in df.columns:
+            raise ColumnError(f"table: no {IMAGE_PATH!r} column; columns are {', '.join(map(str, df.columns))}")
+        if SAMPLE_ID not in df.columns:
+            df.insert(0, SAMPLE_ID, [Path(str(p)).stem for p in df[IMAGE_PATH]])
+    elif isinstance(source, (str, os.PathLike)):
+        p = Path(source)
+        if p.is_dir():
+            df = from_folder(p)
+        elif p.suffix.lower() in IMAGE_SUFFIXES:
+            if not p.is_file():
+                raise InputFileError(f"{p}: no such image file")
+            df = pd.DataFrame({SAMPLE_ID: [p.stem], IMAGE_PATH: [str(p)]})
+        else:
+            df = read_table(p)
+            if IMAGE_PATH not in df.columns:
+                raise ColumnError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
+    else:
+        paths = [str(x) for x in source]
+        if not paths:
+            raise FairvisionError("no images given")
+        stems = [Path(x).stem for x in paths]
+        ids = stems if len(set(stems)) == len(stems) else paths
+        df = pd.DataFrame({SAMPLE_ID: ids, IMAGE_PATH: paths})
+    if len(df) == 0:
+        raise FairvisionError("no images given")
+    df[SAMPLE_ID] = df[SAMPLE_ID].astype(str)
+    missing = df[IMAGE_PATH].isna().to_numpy()
+    if missing.any():
+        raise ColumnError(f"row {int(np.flatnonzero(missing)[0]) + 1}: empty {IMAGE_PATH}")
+    dup = df[SAMPLE_ID].duplicated().to_numpy()
+    if dup.any():
+        row = int(np.flatnonzero(dup)[0])
+        raise ColumnError(f"row {row + 1}: duplicate sample_id {df[SAMPLE_ID].iloc[row]!r}")
+    return df.reset_index(drop=True)
+
+
+def _find_mask(masks_dir: Path, sample_id: str, image_path: str, index: dict) -> str | None:
+    """Mask file for an image: ``<sample_id>``, ``<stem>`` or ``<stem>_skin`` with a mask suffix."""
+    stem = Path(image_path).stem
+    for name in (sample_id, stem, f"{stem}_skin", f"{sample_id}_skin"):
+        hit = index.get(name)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _mask_index(masks_dir: Path) -> dict[str, str]:
+    if not masks_dir.is_dir():
+        raise InputFileError(f"{masks_dir}: no such masks folder")
+    index: dict[str, str] = {}
+    for p in sorted(masks_dir.rglob("*")):
+        if p.suffix.lower() in MASK_SUFFIXES and p.is_file():
+            rel = str(p.relative_to(masks_dir).with_suffix(""))
+            # prefer lossless formats: the first suffix in MASK_SUFFIXES order wins
+            for key in {rel, p.stem}:
+                old = index.get(key)
+                if old is None or MASK_SUFFIXES.index(p.suffix.lower()) < MASK_SUFFIXES.index(Path(old).suffix.lower()):
+                    index[key] = str(p)
+    return index
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _stat_sig(path: str | None):
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [os.path.abspath(path), None, None]
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
+
+
+def cache_key(image_path: str, mask_path: str | None, params: dict) -> str:
+    """SHA-256 of the image (path, size, mtime), the mask file and all parameters."""
+    from fairvision import __version__
+
+    blob = json.dumps(
+        {"v": CACHE_VERSION, "pkg": __version__, "image": _stat_sig(image_path), "mask": _stat_sig(mask_path), "params": params},
+        sort_keys=True, default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _read_cached(cache_dir: Path, key: str) -> dict | None:
+    p = cache_dir / key[:2] / f"{key}.json"
+    try:
+        with open(p, encoding="utf-8") as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return None  # absent or torn by a crash: recompute
+    return rec if isinstance(rec, dict) and rec.get("_key") == key else None
+
+
+def _write_cached(cache_dir: Path, key: str, rec: dict) -> None:
+    from fairvision.io.atomic import atomic_write_text
+    from fairvision.report.document import to_jsonable
+
+    atomic_write_text(cache_dir / key[:2] / f"{key}.json", json.dumps(to_jsonable({**rec, "_key": key})))
+
+
+# --------------------------------------------------------------------------- worker
+
+
+def _init_worker(params: dict) -> None:
+    """Build the face models once per process (construction is the slow part)."""
+    _WORKER["params"] = params
+    mm = params["mask_method"]
+    if mm in ("mediapipe", "auto"):
+        from fairvision.vision.facemesh import get_face_mesh
+
+        get_face_mesh(params["max_faces"], 0.5)
+    if mm in ("dlib", "auto"):
+        from fairvision.vision import dlib_landmarks
+
+        dlib_landmarks._get("detector")
+        dlib_landmarks._get("predictor")
+
+
+def _preload(params: dict) -> None:
+    """Import the heavy modules (not build models: that starts threads) before forking workers."""
+    import cv2  # noqa: F401
+
+    import fairvision.skin.measure  # noqa: F401
+
+    if params["mask_method"] in ("mediapipe", "auto"):
+        from fairvision.vision.facemesh import _mp_face_mesh
+
+        _mp_face_mesh()
+    if params["mask_method"] in ("dlib", "auto", "mediapipe"):
+        import dlib  # noqa: F401
+
+
+def _safe_name(sample_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", sample_id).strip("._") or "image"
+
+
+def _cluster_labels(image: np.ndarray, mask: np.ndarray, extra: dict) -> np.ndarray | None:
+    """Nearest K-Means centre in (L*, signed h*) of each smoothed mask pixel (thong's final assignment)."""
+    centres = extra.get("cluster_centers")
+    if not centres:
+        return None
+    from fairvision.skin.colour import hue_angle, srgb_to_lab
+    from fairvision.skin.measure import smooth_skin_pixels
+
+    lab = srgb_to_lab(smooth_skin_pixels(image.astype(np.float32) / np.float32(255.0), mask))
+    X = np.column_stack([lab[:, 0], hue_angle(lab, convention="signed")]).astype(np.float64)
+    C = np.asarray(centres, dtype=np.float64)
+    d2 = ((X[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)
+    return d2.argmin(axis=1)
+
+
+_KEPT_COLOURS = np.array([(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180)], np.uint8)
+
+
+def render_overlay(image: np.ndarray, mres, meas=None) -> np.ndarray:
+    """QA overlay: mask tinted and outlined (yellow), face outlines (cyan), thong clusters.
+
+    With a ``thong`` measurement, mask pixels of the kept clusters are tinted
+    in distinct colours and those of the dropped clusters (shadow, hair,
+    beard) in grey, so a person can see what the estimate is made of.
+    """
+    import cv2
+
+    out = image.copy()
+    mask = mres.mask
+    if mask is not None:
+        labels = None
+        if meas is not None and getattr(meas, "ok", False) and meas.method == "thong":
+            labels = _cluster_labels(image, mask, meas.extra)
+        px = out[mask].astype(np.float32)
+        if labels is not None:
+            kept = set(meas.extra.get("kept_clusters", []))
+            tint = np.where(
+                np.isin(labels, list(kept))[:, None], _KEPT_COLOURS[labels % len(_KEPT_COLOURS)], np.uint8(128)
+            ).astype(np.float32)
+        else:
+            tint = np.array([255, 220, 0], np.float32)
+        out[mask] = np.clip(0.55 * px + 0.45 * tint, 0, 255).astype(np.uint8)
+        contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(out, contours, -1, (255, 220, 0), 1)
+    polys = [np.asarray(p, np.int32).reshape(-1, 1, 2) for p in mres.polygons]
+    if polys:
+        cv2.polylines(out, polys, True, (0, 255, 255), 1)
+    return out
+
+
+def _measure_one(task: dict) -> dict:
+    """Decode, mask and measure one image; every expected problem is a row with a reason."""
+    from fairvision.io.images import read_image, write_png
+    from fairvision.skin.masks import skin_mask
+    from fairvision.skin.measure import measure
+
+    params = task["params"]
+    rec: dict[str, Any] = {"ok": False, "reason": None}
+    try:
+        image = read_image(task["image_path"])
+    except InputFileError as exc:
+        rec.update(reason=str(exc), mask_method=params["mask_method"], n_faces=0, n_pixels=0, flags="unreadable_image")
+        return rec
+    rec["width"], rec["height"] = int(image.shape[1]), int(image.shape[0])
+    if params["mask_method"] == "file":
+        if task["mask_path"] is None:
+            rec.update(reason="no mask file for this image", mask_method="file", n_faces=0, n_pixels=0, flags="no_mask")
+            return rec
+        try:
+            mres = skin_mask(image, "file", path=task["mask_path"], skin_label=params["skin_label"], min_pixels=params["min_pixels"])
+        except InputFileError as exc:
+            rec.update(reason=str(exc), mask_method="file", n_faces=0, n_pixels=0, flags="bad_mask")
+            return rec
+    else:
+        mres = skin_mask(
+            image, params["mask_method"], faces=params["faces"], max_faces=params["max_faces"], min_pixels=params["min_pixels"]
+        ) if params["mask_method"] != "colour" else skin_mask(image, "colour", min_pixels=params["min_pixels"])
+    meas = None
+    if mres.ok:
+        meas = measure(image, mask=mres.mask, method=params["method"], mask_trust=mres.trust, **params["measure_options"])
+        rec.update(meas.to_dict())
+        flags = [f for f in rec.get("flags", "").split(";") if f]
+        if mres.n_faces > 1:
+            flags.append("multiple_faces")
+        if "detector+dlib" in mres.sources:
+            flags.append("mesh_missed_face")
+        rec["flags"] = ";".join(dict.fromkeys(flags))
+    else:
+        flags = ["no_face"] if mres.reason == "no face found" else ["too_few_pixels"]
+        rec.update(reason=mres.reason, n_pixels=mres.n_pixels, flags=";".join(flags))
+    rec.update(mres.to_dict())
+    rec["mask_method"] = mres.method
+    rec["trust"] = mres.trust
+    rec.pop("method", None)
+    if task.get("overlay_path"):
+        write_png(task["overlay_path"], render_overlay(image, mres, meas))
+        rec["overlay_path"] = task["overlay_path"]
+    return rec
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _progress_reporter(progress, total: int):
+    """Return (callback(outcome), close()) for True / False / a callable(done, total)."""
+    if callable(progress):
+        state = {"done": 0}
+
+        def cb(_):
+            state["done"] += 1
+            progress(state["done"], total)
+
+        return cb, lambda: None
+    if not progress:
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(
+        TextColumn("measuring skin colour"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=True,
+    )
+    bar.start()
+    task = bar.add_task("skin", total=total)
+    return (lambda _: bar.advance(task)), bar.stop
+
+
+def measure_images(
+    table_or_paths,
+    *,
+    method: str = "thong",
+    mask_method: str = "mediapipe",
+    masks_dir: str | os.PathLike | None = None,
+    skin_label: int | None = None,
+    workers: int = 2,
+    cache_dir: str | os.PathLike | None = None,
+    overlays_dir: str | os.PathLike | None = None,
+    progress: bool | Callable[[int, int], None] = True,
+    faces: str = "all",
+    max_faces: int = 5,
+    min_pixels: int = 200,
+    categories: bool = True,
+    measure_options: dict | None = None,
+) -> pd.DataFrame:
+    """Measure the apparent skin colour of every image, one row per image.
+
+    Parameters
+    ----------
+    table_or_paths : DataFrame, path or iterable of paths
+        A sample table with ``image_path`` (other columns are kept), a table
+        file, a folder of images, one image, or a list of image paths.
+    method : str
+        Colour estimator of :func:`fairvision.skin.measure` (``thong``,
+        ``thong-published``, ``mean``, ``median_ita``, ``gray_mean``).
+    mask_method : {"mediapipe", "dlib", "colour", "auto"}
+        Automatic skin mask (:func:`fairvision.skin.masks.skin_mask`); ignored
+        when ``masks_dir`` is given.
+    masks_dir : path, optional
+        Folder of supplied masks, found by ``<sample_id>``, ``<image stem>`` or
+        ``<image stem>_skin`` with any image suffix (PNG preferred). Binary
+        masks, or label maps with ``skin_label``.
+    skin_label : int, optional
+        Skin label id of label-map masks (CelebAMask-HQ / FHIBE style).
+    workers : int
+        Worker processes (1 = in this process).
+    cache_dir : path, optional
+        Resumable cache folder (see the module docstring).
+    overlays_dir : path, optional
+        Write a QA overlay PNG per image here (``<sample_id>.png``).
+    progress : bool or callable
+        Show a rich progress bar, or call ``progress(done, total)``.
+    faces : {"all", "largest"}
+        Measure the skin of every face found (default, issue 3) or only the
+        largest (for face crops where bystanders show at the edge, as in FairFace).
+    max_faces, min_pixels : int
+        Face limit of the landmark masks; fewer mask pixels means "too few skin pixels".
+    categories : bool
+        Add the skin-colour category columns (:func:`fairvision.skin.categories.add_categories`).
+    measure_options : dict, optional
+        Extra keyword options of :func:`fairvision.skin.measure` (quality checks, estimator settings).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per input image, in input order: ``sample_id``,
+        ``image_path``, ``L``, ``a``, ``b``, ``hue``, ``ita``, ``chroma``,
+        ``n_pixels``, ``n_faces``, ``mask_method``, ``trust``, ``ok``,
+        ``reason``, ``flags``, then spread / stability / size columns,
+        ``from_cache``, the category columns and the input table's other
+        columns. ``df.attrs["summary"]`` counts measured / no face / failed.
+    """
+    from fairvision.engine import imap
+
+    df = _as_table(table_or_paths)
+    if masks_dir is not None:
+        mask_method = "file"
+    elif mask_method == "file":
+        raise FairvisionError("mask method 'file' needs a masks folder (masks_dir / --masks)")
+    mask_method = "colour" if mask_method == "color" else mask_method
+    from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS
+
+    if mask_method not in MASK_METHODS:
+        raise FairvisionError(f"unknown mask method {mask_method!r}; use one of {', '.join(m for m in MASK_METHODS if m != 'file')}")
+    if faces not in FACE_SELECTIONS:
+        raise FairvisionError(f"unknown face selection {faces!r}; use one of {', '.join(FACE_SELECTIONS)}")
+    from fairvision.skin.estimators import METHODS
+
+    if method not in METHODS:
+        raise FairvisionError(f"unknown skin colour method {method!r}; choose one of {', '.join(METHODS)}")
+    if skin_label is not None and masks_dir is None:
+        raise FairvisionError("skin_label (--skin-label) applies to supplied masks; give a masks folder too")
+    params = {
+        "method": method, "mask_method": mask_method, "skin_label": skin_label, "faces": faces,
+        "max_faces": int(max_faces), "min_pixels": int(min_pixels), "measure_options": dict(measure_options or {}),
+    }
+    mask_paths: list[str | None] = [None] * len(df)
+    if masks_dir is not None:
+        index = _mask_index(Path(masks_dir))
+        mask_paths = [_find_mask(Path(masks_dir), s, p, index) for s, p in zip(df[SAMPLE_ID], df[IMAGE_PATH])]
+        if not any(mask_paths):
+            raise InputFileError(f"{masks_dir}: no mask matches any image (looked for <sample_id>.png, <stem>.png, <stem>_skin.png)")
+    cache = Path(cache_dir) if cache_dir is not None else None
+    overlays = Path(overlays_dir) if overlays_dir is not None else None
+    if overlays is not None:
+        overlays.mkdir(parents=True, exist_ok=True)
+
+    records: list[dict | None] = [None] * len(df)
+    tasks, keys = [], {}
+    for i, (sid, path) in enumerate(zip(df[SAMPLE_ID], df[IMAGE_PATH])):
+        path = str(path)
+        ov = str(overlays / f"{_safe_name(sid)}.png") if overlays is not None else None
+        key = cache_key(path, mask_paths[i], params) if cache is not None else None
+        if key is not None:
+            hit = _read_cached(cache, key)
+            if hit is not None and (ov is None or os.path.isfile(ov)):
+                hit.pop("_key", None)
+                if ov is not None:
+                    hit["overlay_path"] = ov
+                records[i] = {**hit, "from_cache": True}
+                continue
+        keys[len(tasks)] = (i, key)
+        tasks.append({"image_path": path, "mask_path": mask_paths[i], "overlay_path": ov, "params": params})
+
+    if tasks and int(workers) > 1:
+        _preload(params)  # import once here; forked workers inherit the modules
+    callback, close = _progress_reporter(progress, len(tasks))
+    try:
+        for outcome in imap(
+            _measure_one, tasks, workers=max(1, int(workers)), initializer=_init_worker, initargs=(params,),
+            ordered=False,
+        ):
+            i, key = keys[outcome.index]
+            if outcome.ok:
+                rec = outcome.value
+                if key is not None:
+                    _write_cached(cache, key, rec)
+            else:
+                f = outcome.failure
+                rec = {"ok": False, "reason": f"{f.error}: {f.message}" if f.message else f.error, "flags": "error",
+                       "mask_method": mask_method, "n_pixels": 0}
+            records[i] = {**rec, "from_cache": False}
+            if callback is not None:  # after the cache write, so an interrupt loses nothing finished
+                callback(outcome)
+    finally:
+        close()
+    return _assemble(df, records, categories)
+
+
+def _assemble(df: pd.DataFrame, records: list[dict], categories: bool) -> pd.DataFrame:
+    res = pd.DataFrame.from_records(records)
+    for col in RESULT_COLUMNS:
+        if col not in res.columns and col not in (SAMPLE_ID, IMAGE_PATH):
+            res[col] = np.nan
+    res.insert(0, SAMPLE_ID, df[SAMPLE_ID].to_numpy())
+    res.insert(1, IMAGE_PATH, df[IMAGE_PATH].astype(str).to_numpy())
+    for col in ("L", "a", "b", "hue", "ita", "chroma", "gray"):
+        if col in res.columns:
+            res[col] = pd.to_numeric(res[col], errors="coerce").astype(float)
+    for col in res.columns:  # JSON null -> None: restore float columns from cached records
+        if res[col].dtype == object:
+            vals = res[col].dropna()
+            if len(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                res[col] = pd.to_numeric(res[col], errors="coerce").astype(float)
+            elif not len(vals) and (col.startswith(("spread_", "stability_")) or col == "gray"):
+                res[col] = res[col].astype(float)
+    res["ok"] = res["ok"].fillna(False).astype(bool)
+    res["n_pixels"] = pd.to_numeric(res["n_pixels"], errors="coerce").fillna(0).astype(int)
+    res["n_faces"] = pd.to_numeric(res["n_faces"], errors="coerce").fillna(0).astype(int)
+    res["flags"] = res["flags"].fillna("").astype(str)
+    res["reason"] = res["reason"].astype(object).where(res["reason"].notna(), None)
+    ordered = RESULT_COLUMNS + [c for c in res.columns if c not in RESULT_COLUMNS]
+    res = res[ordered]
+    if categories:
+        from fairvision.skin.categories import add_categories
+
+        res = add_categories(res)
+    extra = [c for c in df.columns if c not in res.columns]
+    if extra:
+        res = pd.concat([res, df[extra].reset_index(drop=True)], axis=1)
+    res.attrs["summary"] = summarize(res)
+    return res
+
+
+def summarize(result: pd.DataFrame) -> dict:
+    """Counts of a :func:`measure_images` table: measured, no face, too few pixels, failed (other reasons)."""
+    ok = result["ok"].to_numpy(bool)
+    flags = result["flags"].fillna("").astype(str)
+    no_face = (~ok) & flags.str.contains("no_face").to_numpy()
+    too_few = (~ok) & flags.str.contains("too_few_pixels").to_numpy() & ~no_face
+    return {
+        "images": int(len(result)),
+        "measured": int(ok.sum()),
+        "no_face": int(no_face.sum()),
+        "too_few_pixels": int(too_few.sum()),
+        "failed": int((~ok).sum() - no_face.sum() - too_few.sum()),
+        "from_cache": int(result["from_cache"].sum()) if "from_cache" in result else 0,
+    }

@@ -1,0 +1,231 @@
+"""Batch skin measurement: end to end on real photos, cache, failures as rows, masks folder,
+overlays, FairFace coverage by age group and gender, and the ``fairvision skin measure`` CLI."""
+
+import os
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from fairvision.audits.skin_batch import measure_images
+from fairvision.cli import main
+from fairvision.datasets import load_demo, load_portraits
+from fairvision.errors import FairvisionError
+from fairvision.io.images import read_image
+
+pytestmark = pytest.mark.vision
+
+
+@pytest.fixture(scope="module")
+def portraits():
+    return load_portraits()
+
+
+@pytest.fixture()
+def few(portraits, tmp_path):
+    """Copies of 4 portraits (so tests can touch and corrupt files)."""
+    rows = []
+    for sid, path in zip(portraits.sample_id[:4], portraits.image_path[:4]):
+        dst = tmp_path / "imgs" / f"{sid}.jpg"
+        dst.parent.mkdir(exist_ok=True)
+        dst.write_bytes(open(path, "rb").read())
+        rows.append((sid, str(dst)))
+    return pd.DataFrame(rows, columns=["sample_id", "image_path"])
+
+
+def test_portraits_end_to_end_two_workers(portraits):
+    from fairvision.skin.masks import skin_mask
+    from fairvision.skin.measure import measure
+
+    df = measure_images(portraits, workers=2, progress=False, categories=False)
+    assert len(df) == 62 and df.sample_id.tolist() == portraits.sample_id.tolist()
+    for col in ["sample_id", "image_path", "L", "a", "b", "hue", "ita", "chroma", "n_pixels", "n_faces",
+                "mask_method", "trust", "ok", "reason", "flags"]:
+        assert col in df.columns
+    assert df.ok.sum() >= 60
+    ok = df[df.ok]
+    assert ok.L.between(0, 100).all() and ok.hue.between(0, 360).all() and (ok.n_faces >= 1).all()
+    assert np.allclose(ok.chroma, np.hypot(ok.a, ok.b), atol=1e-6)
+    assert (ok.trust == "high").all() and df[~df.ok].reason.notna().all()
+    assert df.attrs["summary"]["measured"] == df.ok.sum()
+    # a row equals measuring that image directly (same mask, same estimator)
+    img = read_image(portraits.image_path[5])
+    direct = measure(img, mask=skin_mask(img).mask, method="thong")
+    row = df.iloc[5]
+    assert row.n_pixels == direct.n_pixels
+    # float32 reductions may differ in the last digits between processes
+    assert row.L == pytest.approx(direct.L, abs=1e-4) and row.hue == pytest.approx(direct.hue, abs=1e-4)
+
+
+def test_cache_hits_misses_and_resume(few, tmp_path):
+    cache = tmp_path / "cache"
+    kw = dict(method="mean", workers=1, progress=False, categories=False, cache_dir=cache)
+    first = measure_images(few, **kw)
+    assert not first.from_cache.any()
+    again = measure_images(few, **kw)
+    assert again.from_cache.all()
+    pd.testing.assert_frame_equal(first.drop(columns="from_cache"), again.drop(columns="from_cache"))
+    # a changed parameter is a miss
+    assert not measure_images(few, **{**kw, "method": "median_ita"}).from_cache.any()
+    assert not measure_images(few, **{**kw, "faces": "largest"}).from_cache.any()
+    # a changed file is a miss for that file only
+    p = few.image_path[1]
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert measure_images(few, **kw).from_cache.tolist() == [True, False, True, True]
+
+
+def _stop_after(n):
+    def cb(done, total):
+        if done >= n:
+            raise KeyboardInterrupt
+
+    return cb
+
+
+def test_interrupted_run_continues_where_it_stopped(few, tmp_path):
+    cache = tmp_path / "cache"
+    kw = dict(method="mean", progress=False, categories=False, cache_dir=cache)
+    with pytest.raises(KeyboardInterrupt):
+        measure_images(few, workers=1, **{**kw, "progress": _stop_after(2)})
+    resumed = measure_images(few, workers=2, **kw)
+    assert resumed.from_cache.sum() == 2 and resumed.ok.all()
+
+
+def test_failures_are_rows_with_reasons(few, tmp_path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 this is not really a jpeg" * 20)
+    blank = tmp_path / "blank.png"
+    Image.fromarray(np.full((240, 240, 3), 90, np.uint8)).save(blank)
+    table = pd.concat([few, pd.DataFrame({"sample_id": ["bad", "gone", "blank"],
+                                          "image_path": [str(bad), str(tmp_path / "gone.jpg"), str(blank)]})])
+    df = measure_images(table, method="mean", workers=2, progress=False, categories=False).set_index("sample_id")
+    assert df.loc[["bad", "gone", "blank"], "ok"].tolist() == [False, False, False]
+    assert "bad.jpg: not a readable image" in df.loc["bad", "reason"]
+    assert "gone.jpg: no such image file" in df.loc["gone", "reason"]
+    assert df.loc["blank", "reason"] == "no face found" and "no_face" in df.loc["blank", "flags"]
+    assert df.ok.sum() == 4
+    s = df.attrs["summary"]
+    assert (s["measured"], s["no_face"], s["failed"]) == (4, 1, 2)
+
+
+def test_supplied_masks_binary_and_label_maps(few, tmp_path):
+    from fairvision.skin.masks import skin_mask
+    from fairvision.skin.measure import measure
+
+    bdir, ldir = tmp_path / "bin", tmp_path / "lab"
+    bdir.mkdir()
+    ldir.mkdir()
+    masks = {}
+    for sid, path in zip(few.sample_id[:3], few.image_path[:3]):
+        m = skin_mask(read_image(path)).mask
+        masks[sid] = m
+        Image.fromarray(m.astype(np.uint8) * 255).save(bdir / f"{sid}.png")
+        lab = np.where(m, 1, 0).astype(np.uint8)  # 1 = skin, CelebAMask-HQ style
+        lab[:5, :5] = 17  # another part (e.g. hair)
+        Image.fromarray(lab).save(ldir / f"{sid}_skin.png")
+    a = measure_images(few, masks_dir=bdir, method="mean", workers=1, progress=False, categories=False)
+    b = measure_images(few, masks_dir=ldir, skin_label=1, method="mean", workers=1, progress=False, categories=False)
+    for df in (a, b):
+        assert df.ok.tolist() == [True, True, True, False]
+        assert df.reason.iloc[3] == "no mask file for this image"
+        assert (df.mask_method.iloc[:3] == "file").all()
+    for i, sid in enumerate(few.sample_id[:3]):
+        direct = measure(read_image(few.image_path[i]), mask=masks[sid], method="mean")
+        assert a.L.iloc[i] == pytest.approx(direct.L, abs=1e-9) == b.L.iloc[i]
+        assert a.n_pixels.iloc[i] == masks[sid].sum()
+    with pytest.raises(FairvisionError, match="skin_label"):
+        measure_images(few, skin_label=1, progress=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(other / "unrelated.png")
+    with pytest.raises(FairvisionError, match="no mask matches"):
+        measure_images(few, masks_dir=other, progress=False, categories=False)
+
+
+def test_overlays_written(few, tmp_path):
+    out = tmp_path / "ov"
+    df = measure_images(few.head(2), overlays_dir=out, workers=1, progress=False, categories=False)
+    for sid, path in zip(df.sample_id, df.image_path):
+        ov = read_image(out / f"{sid}.png")
+        img = read_image(path)
+        assert ov.shape == img.shape
+        changed = np.any(ov != img, axis=2)
+        assert 0.01 < changed.mean() < 0.6  # the face region is drawn on, not the whole image
+    # with a cache, a run that asks for overlays that are missing recomputes them
+    cache = tmp_path / "c"
+    measure_images(few.head(1), cache_dir=cache, method="mean", workers=1, progress=False, categories=False)
+    df = measure_images(few.head(1), cache_dir=cache, method="mean", overlays_dir=tmp_path / "ov2", workers=1,
+                        progress=False, categories=False)
+    assert not df.from_cache.any() and (tmp_path / "ov2" / f"{df.sample_id[0]}.png").is_file()
+
+
+def test_category_columns_join():
+    pytest.importorskip("fairvision.skin.categories")
+    df = measure_images(load_portraits().head(3), method="mean", workers=1, progress=False)
+    assert len(df.columns) > 20 and df.ok.all()
+
+
+def test_fairface_coverage_by_age_and_gender():
+    """Coverage of the automatic mask on the 540 FairFace photos, per age group x gender."""
+    from fairvision.skin.masks import skin_mask
+
+    df = load_demo()
+    res = [skin_mask(read_image(p)) for p in df.image_path]
+    df["found"] = [r.ok for r in res]
+    df["mesh"] = [r.ok and "facemesh" in r.sources for r in res]
+    table = df.groupby(["age", "gender"], observed=True)[["found", "mesh"]].mean().unstack()
+    print("\nFairFace automatic-mask coverage (share of 30 per cell)\n", table.round(3).to_string())
+    assert df.found.mean() >= 0.98
+    assert table["found"].min().min() >= 0.9  # no age x gender cell left behind
+    assert table["mesh"].min().min() >= 0.8  # the face mesh alone
+
+
+def test_fairface_measured_end_to_end():
+    df = load_demo()
+    sample = df.groupby(["age", "gender"], observed=True).head(1)  # 18 images, one per cell
+    out = measure_images(sample, workers=2, faces="largest", progress=False, categories=False)
+    assert len(out) == 18 and out.ok.sum() >= 17
+    assert {"age", "gender"} <= set(out.columns)  # the table's attributes are kept
+    assert (out.n_faces[out.ok] == 1).all()
+
+
+# ----------------------------------------------------------------- CLI
+
+
+def test_cli_measure_folder(tmp_path, few, capsys):
+    folder = os.path.dirname(few.image_path[0])
+    out = tmp_path / "skin.csv"
+    code = main(["skin", "measure", folder, "-o", str(out), "--method", "mean", "-j", "1", "--no-progress",
+                 "--cache", str(tmp_path / "c")])
+    assert code == 0
+    got = pd.read_csv(out)
+    assert len(got) == 4 and got.ok.all()
+    assert "4 images: 4 measured, 0 no face" in capsys.readouterr().out
+    code = main(["skin", "measure", folder, "-o", str(out), "--method", "mean", "-j", "1", "--no-progress",
+                 "--cache", str(tmp_path / "c")])
+    assert code == 0 and "(4 from cache)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nowhere/"], "nowhere: no such file or folder"),
+        (["{folder}", "-o", "x.xlsx"], "unknown output format"),
+        (["{folder}", "--skin-label", "1"], "give a masks folder"),
+        (["{folder}", "--mask-method", "magic"], "unknown mask method"),
+        (["{folder}", "--method", "magic"], "unknown skin colour method"),
+        (["{folder}", "--masks", "nowhere"], "nowhere: no such masks folder"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args, message, few, tmp_path, capsys):
+    folder = os.path.dirname(few.image_path[0])
+    args = [a.replace("{folder}", folder) for a in args]
+    if "-o" not in args:
+        args += ["-o", str(tmp_path / "s.parquet")]
+    code = main(["skin", "measure", *args, "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("error: ") and message in err and "\n" not in err
