@@ -1,0 +1,351 @@
+"""Dataset-level apparent skin colour (Thong et al., ICCV 2023, Tables 1-2; METHODS.md section 1).
+
+Given a table of per-image measurements (columns ``L`` and ``hue``, as written
+by :func:`fairvision.skin.measure` / the batch CLI), this module builds
+
+- the 2 x 2 light/dark x red/yellow table in percent (Thong Table 1) with a
+  confidence interval for every cell percentage (Wilson score interval, or a
+  cluster bootstrap over subjects when a subject column is given),
+- 20-bin histograms of L* and h*,
+- optionally the same cells per group of another attribute (or intersection),
+  with a chi-square test of homogeneity across groups and groups too small to
+  judge flagged,
+- and the comparison of two image sets (Thong Table 2, e.g. training data vs a
+  generator's outputs) with a chi-square test of homogeneity.
+
+Rows whose measurement failed (``ok`` false or NaN L*/h*) are excluded and
+counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _st
+
+from fairvision.errors import ColumnError, FairvisionError
+from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
+
+__all__ = ["ChiSquareResult", "SkinDistribution", "SkinComparison", "skin_distribution", "compare_skin", "wilson_ci"]
+
+CELL_INDEX = pd.MultiIndex.from_product([list(HUES), list(TONES)], names=["skin_hue", "skin_tone"])
+
+
+def wilson_ci(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval for a binomial proportion k / n (vectorised); NaN where n = 0."""
+    k = np.asarray(k, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    z = _st.norm.ppf(0.5 + level / 2.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = k / n
+        denom = 1.0 + z ** 2 / n
+        centre = (p + z ** 2 / (2 * n)) / denom
+        half = z * np.sqrt(p * (1 - p) / n + z ** 2 / (4 * n ** 2)) / denom
+    lo = np.where(n > 0, np.clip(centre - half, 0, 1), np.nan)
+    hi = np.where(n > 0, np.clip(centre + half, 0, 1), np.nan)
+    return lo, hi
+
+
+@dataclass
+class ChiSquareResult:
+    """Pearson chi-square test of homogeneity (no continuity correction).
+
+    Attributes: ``statistic``, ``pvalue``, ``dof``, ``n``, ``min_expected``
+    (smallest expected count), ``reliable`` (all expected counts >= 5, the
+    usual condition for the chi-square approximation), ``dropped`` (cells
+    empty in every row, left out of the test).
+    """
+
+    statistic: float
+    pvalue: float
+    dof: int
+    n: int
+    min_expected: float
+    reliable: bool
+    dropped: tuple = ()
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([{k: getattr(self, k) for k in ("statistic", "pvalue", "dof", "n", "min_expected", "reliable")}])
+
+
+def chi2_homogeneity(counts: np.ndarray, columns=None) -> ChiSquareResult:
+    """Chi-square test of homogeneity of the rows of a (groups x cells) count table.
+
+    Columns that are zero in every row are dropped (their expected count is
+    0); rows with no observations are dropped. ``scipy.stats.chi2_contingency``
+    with ``correction=False`` (Yates' correction only applies to 2 x 2 tables
+    and is explicitly off).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    cols = list(columns) if columns is not None else list(range(counts.shape[1]))
+    keep_c = counts.sum(axis=0) > 0
+    keep_r = counts.sum(axis=1) > 0
+    t = counts[np.ix_(keep_r, keep_c)]
+    dropped = tuple(c for c, k in zip(cols, keep_c) if not k)
+    if t.shape[0] < 2 or t.shape[1] < 2:
+        return ChiSquareResult(float("nan"), float("nan"), 0, int(counts.sum()), float("nan"), False, dropped)
+    res = _st.chi2_contingency(t, correction=False)
+    emin = float(res.expected_freq.min())
+    return ChiSquareResult(float(res.statistic), float(res.pvalue), int(res.dof), int(t.sum()), emin, emin >= 5.0, dropped)
+
+
+@dataclass
+class SkinDistribution:
+    """Skin colour distribution of one image set.
+
+    Attributes
+    ----------
+    name : str
+    n_images, n_measured, n_failed : int
+    cells : DataFrame
+        Index (skin_hue, skin_tone); columns ``count``, ``percent``,
+        ``ci_low``, ``ci_high`` (percent).
+    table : DataFrame
+        Thong Table 1 layout: rows red / yellow / Total, columns light / dark /
+        Total, in percent.
+    histograms : DataFrame
+        Index (variable, bin); columns ``left``, ``right``, ``count``,
+        ``percent``. Hue bins use the signed angle (-180, 180].
+    points : DataFrame
+        ``L`` and signed ``hue`` of the measured images (for a scatter plot).
+    by_group : DataFrame or None
+        Index (group..., skin_colour); ``count``, ``n_group``, ``percent``,
+        ``ci_low``, ``ci_high``, ``too_small``.
+    group_test : ChiSquareResult or None
+        Homogeneity of the four skin colour cells across groups.
+    thresholds : dict
+    ci_method : str
+    notes : list of str
+    flag_counts : Series
+        How many measured images carry each quality flag.
+    """
+
+    name: str
+    n_images: int
+    n_measured: int
+    n_failed: int
+    cells: pd.DataFrame
+    table: pd.DataFrame
+    histograms: pd.DataFrame
+    points: pd.DataFrame
+    thresholds: dict
+    ci_method: str
+    by_group: pd.DataFrame | None = None
+    group_test: ChiSquareResult | None = None
+    notes: list = field(default_factory=list)
+    flag_counts: pd.Series = field(default_factory=lambda: pd.Series(dtype="int64"))
+
+    def to_frame(self) -> pd.DataFrame:
+        """The four cells with counts, percentages and CIs."""
+        return self.cells
+
+
+@dataclass
+class SkinComparison:
+    """Two image sets compared cell by cell (Thong Table 2).
+
+    ``cells`` has index (set, skin_hue, skin_tone); ``difference`` the
+    percentage-point difference (second minus first) per cell; ``test`` the
+    chi-square test of homogeneity of the two 2 x 2 distributions (3 df).
+    """
+
+    names: tuple
+    first: SkinDistribution
+    second: SkinDistribution
+    cells: pd.DataFrame
+    difference: pd.Series
+    test: ChiSquareResult
+    notes: list = field(default_factory=list)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.cells
+
+
+def _valid(df: pd.DataFrame, L: str, hue: str, name: str):
+    for c in (L, hue):
+        if c not in df.columns:
+            raise ColumnError(f"{name}: skin colour analysis needs a column {c!r}; the table has {', '.join(map(str, df.columns))}")
+    Lv = pd.to_numeric(df[L], errors="coerce").to_numpy(dtype=np.float64)
+    hv = pd.to_numeric(df[hue], errors="coerce").to_numpy(dtype=np.float64)
+    ok = np.isfinite(Lv) & np.isfinite(hv)
+    if "ok" in df.columns:
+        ok &= df["ok"].fillna(False).to_numpy(dtype=bool)
+    return ok, Lv, np.where(hv > 180.0, hv - 360.0, hv)
+
+
+def _cell_counts(Lv, hv, L_threshold, hue_threshold, weights=None) -> np.ndarray:
+    """Counts in CELL_INDEX order (red-light, red-dark, yellow-light, yellow-dark)."""
+    yellow = hv >= hue_threshold
+    dark = Lv < L_threshold
+    code = yellow.astype(int) * 2 + dark.astype(int)
+    return np.bincount(code, weights=weights, minlength=4)
+
+
+def _hist(Lv, hv, L_edges, h_edges) -> pd.DataFrame:
+    rows = []
+    for var, x, edges in (("L", Lv, L_edges), ("hue", hv, h_edges)):
+        c, _ = np.histogram(x, bins=edges)
+        tot = max(int(c.sum()), 1)
+        for i in range(len(c)):
+            rows.append({"variable": var, "bin": i, "left": edges[i], "right": edges[i + 1], "count": int(c[i]), "percent": 100.0 * c[i] / tot})
+    return pd.DataFrame(rows).set_index(["variable", "bin"])
+
+
+def _edges(hv_all, bins):
+    L_edges = np.linspace(0.0, 100.0, bins + 1)
+    lo = min(0.0, float(np.floor(np.min(hv_all)))) if hv_all.size else 0.0
+    hi = max(90.0, float(np.ceil(np.max(hv_all)))) if hv_all.size else 90.0
+    return L_edges, np.linspace(max(lo, -180.0), min(hi, 180.0), bins + 1)
+
+
+def _cells_frame(counts, level, boot=None) -> pd.DataFrame:
+    n = counts.sum()
+    if boot is None:
+        lo, hi = wilson_ci(counts, np.full(4, n), level)
+    else:
+        lo, hi = boot
+    return pd.DataFrame({"count": counts.astype(np.int64), "percent": 100.0 * counts / n if n else np.full(4, np.nan),
+                         "ci_low": 100.0 * lo, "ci_high": 100.0 * hi}, index=CELL_INDEX)
+
+
+def _table1(counts) -> pd.DataFrame:
+    n = counts.sum()
+    pct = (100.0 * counts / n if n else np.full(4, np.nan)).reshape(2, 2)
+    t = pd.DataFrame(pct, index=pd.Index(list(HUES), name="skin_hue"), columns=pd.Index(list(TONES), name="skin_tone"))
+    t["Total"] = t.sum(axis=1)
+    t.loc["Total"] = t.sum(axis=0)
+    return t
+
+
+def _cluster_boot(Lv, hv, subj, L_threshold, hue_threshold, level, n_boot, seed):
+    from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
+
+    codes, uniq = pd.factorize(pd.Series(subj))
+    w = cluster_bootstrap_weights(len(uniq), n_boot, seed)[:, codes]  # (B, n_rows): subject draws carried to images
+    code = (hv >= hue_threshold).astype(int) * 2 + (Lv < L_threshold).astype(int)  # CELL_INDEX order
+    reps = (w @ np.eye(4)[code]) / w.sum(axis=1, keepdims=True)  # (B, 4) cell shares per replicate
+    return percentile_ci(reps, level)
+
+
+def skin_distribution(df: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: str | list[str] | None = None,
+                      subject: str | None = None, L_threshold: float = 60.0, hue_threshold: float = 55.0, bins: int = 20,
+                      level: float = 0.95, min_group: int = 10, name: str = "dataset", n_boot: int = 2000,
+                      seed: int = 0, _edges_override=None) -> SkinDistribution:
+    """Skin colour distribution of one image set (Thong Table 1 and histograms).
+
+    Parameters
+    ----------
+    df : DataFrame
+        One row per image with ``L`` and ``hue`` (degrees) columns, and
+        optionally ``ok`` and ``flags`` (as written by ``SkinMeasurement.to_dict``).
+    by : str or list of str, optional
+        Attribute column(s) to break the cells down by (a list gives
+        intersections).
+    subject : str, optional
+        Subject column. When subjects have several images, cell CIs come from
+        a cluster bootstrap over subjects (``n_boot`` replicates) instead of
+        the Wilson interval.
+    L_threshold, hue_threshold : float
+        Light if L* >= 60, yellow if h* >= 55 deg (METHODS.md section 1).
+    bins : int
+        Histogram bins (20).
+    level : float
+        Confidence level of the intervals.
+    min_group : int
+        Groups with fewer measured images are flagged ``too_small``.
+    """
+    if bins < 1:
+        raise FairvisionError(f"bins must be positive, got {bins}")
+    ok, Lv, hv = _valid(df, L, hue, name)
+    n_images = int(len(df))
+    Lm, hm = Lv[ok], hv[ok]
+    counts = _cell_counts(Lm, hm, L_threshold, hue_threshold)
+    notes = []
+    ci_method = "wilson"
+    boot = None
+    if subject is not None:
+        if subject not in df.columns:
+            raise ColumnError(f"{name}: no subject column {subject!r}")
+        subj = df[subject].to_numpy()[ok]
+        if len(pd.unique(subj)) < len(subj) and len(subj):
+            ci_method = "cluster bootstrap over subjects"
+            boot = _cluster_boot(Lm, hm, subj, L_threshold, hue_threshold, level, n_boot, seed)
+            notes.append("Several images per subject: cell CIs resample subjects (cluster bootstrap); the chi-square "
+                         "tests still treat images as independent, so their p-values are optimistic.")
+    cells = _cells_frame(counts, level, boot)
+    L_edges, h_edges = _edges_override or _edges(hm, bins)
+    hist = _hist(Lm, hm, L_edges, h_edges)
+    n_failed = n_images - int(ok.sum())
+    if n_failed:
+        notes.append(f"{n_failed} of {n_images} images have no skin colour measurement and are left out.")
+    flag_counts = pd.Series(dtype="int64")
+    if "flags" in df.columns:
+        fl = df.loc[ok, "flags"].fillna("").astype(str)
+        flag_counts = fl.str.split(";").explode().loc[lambda s: s != ""].value_counts().astype("int64")
+    by_group, group_test = None, None
+    if by is not None:
+        by_group, group_test, small = _by_group(df[ok], Lm, hm, [by] if isinstance(by, str) else list(by),
+                                                L_threshold, hue_threshold, level, min_group, name)
+        if small:
+            notes.append(f"Groups with fewer than {min_group} measured images are too small to judge: {', '.join(small)}.")
+    points = pd.DataFrame({"L": Lm, "hue": hm})
+    return SkinDistribution(name=name, n_images=n_images, n_measured=int(ok.sum()), n_failed=n_failed, cells=cells,
+                            table=_table1(counts), histograms=hist, points=points,
+                            thresholds={"L": L_threshold, "hue": hue_threshold}, ci_method=ci_method,
+                            by_group=by_group, group_test=group_test, notes=notes, flag_counts=flag_counts)
+
+
+def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, name):
+    for c in by:
+        if c not in sub.columns:
+            raise ColumnError(f"{name}: no column {c!r} to group by")
+    _, _, comb = tone_hue_category(Lm, hm, L_threshold=L_threshold, hue_threshold=hue_threshold)
+    keys = [sub[c] if isinstance(sub[c].dtype, pd.CategoricalDtype) else sub[c].astype("category") for c in by]
+    tab = pd.crosstab([k.reset_index(drop=True) for k in keys], pd.Series(comb, name="skin_colour"), dropna=False)
+    tab = tab.reindex(columns=list(TONE_HUE), fill_value=0)
+    # keep every declared category (and intersection), even when empty
+    full = pd.MultiIndex.from_product([list(k.cat.categories) for k in keys], names=by) if len(by) > 1 else \
+        pd.Index(list(keys[0].cat.categories), name=by[0])
+    tab = tab.reindex(full, fill_value=0)
+    n_group = tab.sum(axis=1)
+    test = chi2_homogeneity(tab.to_numpy()[n_group.to_numpy() >= min_group], columns=TONE_HUE)
+    long = tab.stack().rename("count").to_frame()
+    long["n_group"] = np.repeat(n_group.to_numpy(), len(TONE_HUE))
+    lo, hi = wilson_ci(long["count"].to_numpy(), long["n_group"].to_numpy(), level)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        long["percent"] = 100.0 * long["count"] / long["n_group"].where(long["n_group"] > 0)
+    long["ci_low"], long["ci_high"] = 100.0 * lo, 100.0 * hi
+    long["too_small"] = long["n_group"] < min_group
+    small = [" × ".join(map(str, g)) if isinstance(g, tuple) else str(g) for g in n_group.index[n_group < min_group]]
+    return long, test, small
+
+
+def compare_skin(first: pd.DataFrame, second: pd.DataFrame, *, names: tuple[str, str] = ("first", "second"),
+                 L: str = "L", hue: str = "hue", L_threshold: float = 60.0, hue_threshold: float = 55.0,
+                 bins: int = 20, level: float = 0.95, subject: str | None = None) -> SkinComparison:
+    """Compare the skin colour distributions of two image sets (Thong Table 2).
+
+    The test is Pearson's chi-square test of homogeneity on the 2 x 4 table
+    (sets x light/dark-red/yellow cells; 3 degrees of freedom, fewer if a cell
+    is empty in both sets). Histograms of both sets share bin edges.
+    """
+    if names[0] == names[1]:
+        raise FairvisionError("the two image sets need different names")
+    _, _, h1 = _valid(first, L, hue, names[0])
+    _, _, h2 = _valid(second, L, hue, names[1])
+    pooled = np.concatenate([h1[np.isfinite(h1)], h2[np.isfinite(h2)]])
+    edges = _edges(pooled, bins)
+    kw = dict(L=L, hue=hue, L_threshold=L_threshold, hue_threshold=hue_threshold, bins=bins, level=level, subject=subject,
+              _edges_override=edges)
+    d1 = skin_distribution(first, name=names[0], **kw)
+    d2 = skin_distribution(second, name=names[1], **kw)
+    cells = pd.concat({names[0]: d1.cells, names[1]: d2.cells}, names=["set"])
+    test = chi2_homogeneity(np.vstack([d1.cells["count"].to_numpy(), d2.cells["count"].to_numpy()]),
+                            columns=[f"{h}-{t}" for h, t in CELL_INDEX])
+    diff = (d2.cells["percent"] - d1.cells["percent"]).rename("difference_pp")
+    notes = [f"[{names[0]}] {n}" for n in d1.notes] + [f"[{names[1]}] {n}" for n in d2.notes]
+    if not test.reliable and np.isfinite(test.statistic):
+        notes.append(f"Smallest expected count {test.min_expected:.1f} < 5: the chi-square approximation is unreliable.")
+    return SkinComparison(names=tuple(names), first=d1, second=d2, cells=cells, difference=diff, test=test, notes=notes)
