@@ -457,7 +457,7 @@ def contrast_tests(
         res = chi2_test(tab, yates=yates, exact=exact, label=f"contrast {v!r}")
         rows.append(dict(chi2=res.statistic, dof=res.dof, p_value=res.p_value, p_asymptotic=res.p_asymptotic,
                          method=res.method, min_expected=res.min_expected))
-    out = pd.DataFrame(rows, index=pd.Index(values, name=table.columns.name or "value"))
+    out = pd.DataFrame(rows, index=pd.Index(values, name="value"))
     rr, lo, hi = risk_ratio(a, n1, c, n2, confidence=confidence)
     nq = (pd.Series(n_queries).reindex(values).to_numpy(dtype=float) if n_queries is not None else np.full(len(values), np.nan))
     out.insert(0, "n_queries", nq)

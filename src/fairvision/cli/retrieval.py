@@ -1,0 +1,231 @@
+"""``fairvision audit retrieval`` and ``fairvision retrieval knn``: distribution parity of search results.
+
+The audit reads ranked results (or produces them with the visual-search
+harness: images -> built-in face descriptor -> k-NN, or embeddings -> k-NN),
+tests them for distribution parity (Khaziev et al.; METHODS.md section 5),
+runs the power analysis and writes a report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from fairvision.errors import FairvisionError
+
+retrieval_app = typer.Typer(
+    help="Visual-search harness for retrieval audits: k-nearest-neighbour results from embeddings or photos.",
+    no_args_is_help=True,
+)
+
+_RESULT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator:
+    """Yield ``task(description, total) -> advance(done, total)`` backed by a rich progress bar on stderr."""
+    if not enabled:
+        yield lambda description, total=None: (lambda done, tot=None: None)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as prog:
+        def task(description: str, total: int | None = None):
+            tid = prog.add_task(description, total=total)
+
+            def advance(done: int, tot: int | None = None):
+                prog.update(tid, completed=done, total=tot if tot is not None else total)
+
+            return advance
+
+        yield task
+
+
+def _image_table(source: str):
+    """The table of images to embed: ``demo`` (the bundled FairFace sample), a folder, or a sample table."""
+    from fairvision.datasets import from_folder, load_demo, load_portraits
+    from fairvision.io.tables import read_table
+
+    if source == "demo":
+        return load_demo()
+    if source == "portraits":
+        return load_portraits()
+    p = Path(source)
+    if p.is_dir():
+        return from_folder(p)
+    if not p.exists():
+        raise FairvisionError(f"{p}: no such file or folder (or use 'demo' for the bundled FairFace photos)")
+    df = read_table(p)
+    if "image_path" not in df.columns:
+        raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
+    return df
+
+
+def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1):
+    """Run the visual-search harness; returns (results, items, embedding status or None)."""
+    import numpy as np
+
+    from fairvision.retrieval.io import read_embeddings, read_items
+    from fairvision.retrieval.knn import knn_search
+
+    status = None
+    if embed_images is not None:
+        from fairvision.vision.face_descriptor import embed_faces
+
+        table = _image_table(str(embed_images))
+        if limit:
+            table = table.iloc[: int(limit)].reset_index(drop=True)
+        items_from_images = read_items(table, name=str(embed_images))
+        if items_df is None:
+            items_df = items_from_images
+        fe = embed_faces(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(), upsample=upsample,
+                         progress=task("embedding faces", len(items_from_images)))
+        status = fe.status
+        x, ids = fe.embeddings, fe.ids
+        if len(ids) < k + 1:
+            raise FairvisionError(f"{embed_images}: only {len(ids)} images with a detectable face; need more than k = {k}")
+    else:
+        x, ids = read_embeddings(embeddings)
+    groups = None
+    if group_col:
+        if group_col not in items_df.columns:
+            raise FairvisionError(f"items: no column {group_col!r} for --group-col; columns are {', '.join(map(str, items_df.columns))}")
+        gmap = dict(zip(items_df["item_id"].astype(str), items_df[group_col]))
+        missing = [i for i in ids if i not in gmap]
+        if missing:
+            raise FairvisionError(f"items: embedding id {missing[0]!r} has no row (needed for --group-col)")
+        groups = [gmap[i] for i in ids]
+    results = knn_search(np.asarray(x), ids, k, metric=metric, p=p, groups=groups, progress=task("nearest neighbours", len(ids)))
+    return results, items_df, status
+
+
+def audit_retrieval_cmd(
+    outdir: Path = typer.Option(..., "--out", "-o", help="Report folder (report.html, report.json, tables/); replaced atomically."),
+    attr: Optional[str] = typer.Option(None, "--attr", "-a", help="Protected attribute column of the item table (default with --measure-skin: st_class)."),
+    results: Optional[Path] = typer.Option(None, "--results", "-r", help="Ranked results: a table (query_id, rank, item_id), a JSON mapping query -> ranked item list, or a TREC run file."),
+    items: Optional[Path] = typer.Option(None, "--items", "-i", help="Item table (CSV, TSV, Parquet, JSON) with an id column (item_id, sample_id, id) and the attribute. Queries are looked up here too."),
+    catalog: Optional[Path] = typer.Option(None, "--catalog", help="Catalog table (default: the item table)."),
+    k: int = typer.Option(6, "-k", "--k", min=1, help="Top-K results per query that are tested (paper: 6)."),
+    alpha: float = typer.Option(0.01, "--alpha", min=0.0, max=1.0, help="Significance level (paper: 0.01)."),
+    correction: str = typer.Option("holm", "--correction", help="Multiple-comparison correction of the contrast and per-rank tests: holm (default), bonferroni, bh, none."),
+    yates: bool = typer.Option(False, "--yates/--no-yates", help="Yates' continuity correction of the 2 x 2 contrast tests (default off: Pearson chi-square, as in the paper)."),
+    power_trials: int = typer.Option(1000, "--power-trials", min=0, help="Monte Carlo trials of the power analysis (0 skips it)."),
+    min_queries: int = typer.Option(10, "--min-queries", min=1, help="Values with fewer queries are flagged as too small to judge."),
+    measure_skin: bool = typer.Option(False, "--measure-skin", help="Measure apparent skin colour of the items' images (median ITA -> ST1..ST6) and use it as the attribute."),
+    embed_images: Optional[str] = typer.Option(None, "--embed-images", help="Run the visual-search harness on photos: 'demo' (bundled FairFace), 'portraits', a folder or a sample table. Embeds faces with dlib's descriptor, then k-NN."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Run k-NN on these embeddings (.npy, .npz, Parquet/CSV with an id column) instead of reading --results."),
+    metric: str = typer.Option("minkowski", "--metric", help="k-NN distance: minkowski (with --p), euclidean, manhattan, chebyshev, cosine."),
+    p: float = typer.Option(2.0, "--p", help="Minkowski order p (2 = Euclidean, the paper's choice)."),
+    group_col: Optional[str] = typer.Option(None, "--group-col", help="Item column with a product/group id: k-NN never returns an item of the query's own group (near-duplicates)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=2, help="Use only the first N images of --embed-images (quick runs)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the Monte Carlo tests and power analysis."),
+    title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
+):
+    """Test whether the protected attribute of a query leaks into its top-K results (distribution parity).
+
+    Writes the contingency table, the omnibus (top-K set and per rank) and per-value contrast tests with risk
+    ratios, 95% CIs and the 80% rule, and a power analysis (power curves, detectable bias, and whether the
+    catalog is large enough), as report.html / report.json / tables/*.parquet.
+
+    Examples:
+      fairvision audit retrieval --results run.csv --items items.csv --attr skin_tone -o out
+      fairvision audit retrieval --embed-images demo --attr gender -o out
+    """
+    from fairvision.audits.retrieval import audit_retrieval, measure_skin_attribute
+    from fairvision.cli.common import check_outdir, done
+    from fairvision.report import Report
+    from fairvision.report.sections.retrieval import retrieval_section
+    from fairvision.retrieval.io import read_items, read_results
+    from fairvision.stats.corrections import METHODS
+    from fairvision.stats.parity import SmallExpectedCountWarning
+
+    check_outdir(outdir)
+    if correction not in METHODS:
+        raise FairvisionError(f"unknown --correction {correction!r}; choose one of {', '.join(METHODS)}")
+    if not 0 < alpha < 1:
+        raise FairvisionError(f"--alpha must be between 0 and 1, got {alpha}")
+    sources = [s for s in (results, embed_images, embeddings) if s is not None]
+    if len(sources) != 1:
+        raise FairvisionError("give exactly one of --results, --embeddings or --embed-images")
+    if attr is None and not measure_skin:
+        raise FairvisionError("--attr is required (the protected attribute column), unless --measure-skin")
+    items_df = read_items(items) if items is not None else None
+    if items_df is None and embed_images is None:
+        raise FairvisionError(f"{'--results' if results is not None else '--embeddings'} needs --items (the table with the protected attribute)")
+    extra = {}
+    with _progress(progress) as task:
+        status = None
+        if results is not None:
+            res = read_results(results)
+        else:
+            res, items_df, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task)
+            extra["results.csv"] = res.to_csv(index=False).encode()
+        if measure_skin:
+            items_df = measure_skin_attribute(items_df, progress=progress)
+            attr = attr or "st_class"
+            extra["skin.csv"] = items_df[["item_id", "ita", "st_class"]].to_csv(index=False).encode()
+        if attr not in items_df.columns:
+            raise FairvisionError(f"{items_df.attrs.get('source', 'items')}: no column {attr!r}; columns are {', '.join(map(str, items_df.columns))}")
+        cat_df = read_items(catalog, attr, name="catalog") if catalog is not None else None
+        step = task("power analysis", 4)
+        stages = {"parity tests": 1, "power curves": 2, "detectable bias": 3, "catalog size check": 4}
+        with warnings.catch_warnings():  # small-count warnings become notes in the report
+            warnings.simplefilter("ignore", SmallExpectedCountWarning)
+            audit = audit_retrieval(
+                res, items_df, attr, catalog=cat_df, k=k, alpha=alpha, correction=correction, yates=yates,
+                min_queries=min_queries, power_trials=power_trials, seed=seed, embedding_status=status,
+                progress=lambda msg: step(stages.get(msg, 0)),
+            )
+    report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",
+                    meta={"command": "audit retrieval", **audit.meta, "attribute": attr})
+    report.add(retrieval_section(audit))
+    paths = report.write(outdir, extra_files=extra or None)
+    om = audit.parity.omnibus
+    done(paths, f"omnibus chi2({om.dof}) = {om.statistic:.4g}, p = {om.p_value:.3g} "
+                f"({'bias detected' if om.p_value < alpha else 'no bias detected'} at alpha {alpha:g})")
+
+
+def knn_cmd(
+    output: Path = typer.Option(Path("results.csv"), "--output", "-o", help="Results table (query_id, rank, item_id, distance): .csv, .tsv, .parquet, .json or .jsonl."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", "-e", help="Embeddings: .npy (ids from a .ids.txt next to it), .npz (embeddings, ids), or a table with an id column."),
+    embed_images: Optional[str] = typer.Option(None, "--embed-images", help="Embed photos with the built-in face descriptor first: 'demo', 'portraits', a folder or a sample table."),
+    items: Optional[Path] = typer.Option(None, "--items", "-i", help="Item table, needed for --group-col."),
+    k: int = typer.Option(6, "-k", "--k", min=1, help="Neighbours per query."),
+    metric: str = typer.Option("minkowski", "--metric", help="minkowski (with --p), euclidean, manhattan, chebyshev or cosine."),
+    p: float = typer.Option(2.0, "--p", help="Minkowski order p."),
+    group_col: Optional[str] = typer.Option(None, "--group-col", help="Item column with a product/group id to exclude near-duplicates of the query."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=2, help="Use only the first N images of --embed-images."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
+):
+    """k-nearest-neighbour search over embeddings (every item queries; itself excluded): the results table of a retrieval audit."""
+    from fairvision.io.tables import write_table
+    from fairvision.retrieval.io import read_items
+
+    if output.suffix.lower() not in _RESULT_SUFFIXES:
+        raise FairvisionError(f"{output}: unknown output format {output.suffix!r}; use {', '.join(_RESULT_SUFFIXES)}")
+    if (embeddings is None) == (embed_images is None):
+        raise FairvisionError("give exactly one of --embeddings or --embed-images")
+    items_df = read_items(items) if items is not None else None
+    if group_col and items_df is None and embed_images is None:
+        raise FairvisionError("--group-col needs --items")
+    with _progress(progress) as task:
+        res, _, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task)
+    write_table(res, output)
+    msg = f"{res['query_id'].nunique():,} queries x top-{k}"
+    if status is not None:
+        msg += f"; {int((~status['ok']).sum()):,} of {len(status):,} images without a detectable face left out"
+    typer.echo(msg)
+    typer.echo(f"results: {output.resolve()}")
+
+
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    audit_app.command("retrieval")(audit_retrieval_cmd)
+    retrieval_app.command("knn")(knn_cmd)
+    app.add_typer(retrieval_app, name="retrieval")

@@ -1,0 +1,176 @@
+"""Report section of the retrieval audit (issue 5; METHODS.md section 5; Khaziev et al.).
+
+Turns a :class:`fairvision.audits.retrieval.RetrievalAudit` into a
+:class:`fairvision.report.Section`: key figures, the contingency table as a
+heatmap of row shares, the contrast table, a forest plot of the risk ratios
+with the 80%-rule band (0.8-1.25), the per-rank (strong condition) tests, and
+the power analysis in the layout of the paper's Figure 3: (a) power of the
+omnibus test against RR for several catalog sizes, (b) and (c) the detectable
+nRR at the target power against catalog size for RR < 1 and RR > 1. No images.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fairvision.report import Section
+from fairvision.report import plots
+
+_CONTRAST_COLS = ["n_queries", "n_results", "share", "catalog_share", "chi2", "p_value", "method", "p_adj", "reject",
+                  "rr", "rr_low", "rr_high", "nrr", "fair_80", "too_small"]
+
+
+def _plain_log_ticks(ax, axis: str = "x") -> None:
+    """Log scale with plain numbers (0.5, 1, 2) instead of 5 x 10^-1."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    fmt = ScalarFormatter()
+    fmt.set_scientific(False)
+    a.set_major_formatter(fmt)
+    a.set_minor_formatter(NullFormatter())
+
+
+def _power_figure(audit):
+    import matplotlib.pyplot as plt
+
+    pc, det = audit.power_curves, audit.detectable
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    ax = axes[0]
+    for i, n in enumerate(pc.index.get_level_values("n").unique()):
+        sub = pc.loc[n]
+        ax.plot(sub.index.to_numpy(), sub["omnibus"].to_numpy(), marker="o", ms=3, color=plots.PALETTE[i % len(plots.PALETTE)],
+                label=f"n = {n:,}" + (" (this catalog)" if n == audit.parity.n_queries else ""))
+    ax.axhline(audit.target_power, color="#888", lw=1, ls="--")
+    ax.axvspan(0.8, 1.25, color="#66a182", alpha=0.12, lw=0)
+    ax.set_xscale("log")
+    ax.set_xticks([0.5, 0.8, 1.0, 1.25, 2.0])
+    _plain_log_ticks(ax)
+    ax.set_xlabel("risk ratio RR")
+    ax.set_ylabel("power (omnibus test)")
+    ax.set_title("(a) power vs risk ratio", fontsize=10)
+    ax.legend(fontsize=7, frameon=False)
+    for ax, side, title in ((axes[1], "below", "(b) detectable nRR, RR < 1"), (axes[2], "above", "(c) detectable nRR, RR > 1")):
+        sub = det.loc[side]
+        for i, col in enumerate(sub.columns):
+            style = dict(lw=2.2, color="black") if col == "omnibus" else dict(lw=1.2, color=plots.PALETTE[i % len(plots.PALETTE)])
+            ax.plot(sub.index.to_numpy(), sub[col].to_numpy(dtype=float), marker="o", ms=3, label=str(col), **style)
+        ax.axhline(0.8, color="#888", lw=1, ls="--")
+        ax.set_xscale("log")
+        _plain_log_ticks(ax)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("catalog size n")
+        ax.set_ylabel(f"nRR detectable at {audit.target_power:.0%} power")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, frameon=False, ncol=2)
+    for ax in axes:
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def retrieval_section(audit, *, title: str = "Retrieval distribution parity") -> Section:
+    """Build the report section of a retrieval audit."""
+    par = audit.parity
+    attr = audit.attribute
+    sec = Section(
+        "retrieval",
+        title,
+        intro=(
+            f"Does the {attr!r} of a query leak into its top-{par.k} results? Distribution parity "
+            "(Khaziev et al.; METHODS.md section 5): the contingency table counts the values of the results of "
+            "all queries with each value, plus a catalog row. The omnibus chi-square test checks the whole table "
+            "(top-K set: the weak condition; per rank: the strong condition); the contrast test of each value "
+            "compares its queries' share of same-value results with the catalog share, with the risk ratio RR, a 95% "
+            f"Katz-log CI and the 80% rule (fair if nRR = min(RR, 1/RR) >= 0.8). Significance level {par.alpha:g}; "
+            f"contrast p-values corrected with {par.correction}; Yates' correction {'on' if par.yates else 'off'}."
+        ),
+    )
+    om = par.omnibus
+    sec.metrics("overview", {
+        "queries": par.n_queries,
+        "catalog items": par.n_catalog,
+        "K": par.k,
+        f"omnibus chi2({om.dof})": om.statistic,
+        "omnibus p": om.p_value,
+        "bias detected": bool(om.p_value < par.alpha),
+        "values failing 80% rule": int((~par.contrasts["fair_80"]).sum()),
+    })
+    if om.p_value < par.alpha:
+        sec.note(f"The omnibus test rejects distribution parity (chi2({om.dof}) = {om.statistic:.4g}, "
+                 f"p = {om.p_value:.3g} < {par.alpha:g}).", level="finding")
+    else:
+        sec.note(f"The omnibus test does not reject distribution parity (chi2({om.dof}) = {om.statistic:.4g}, "
+                 f"p = {om.p_value:.3g}); check the power analysis below before reading this as fairness.")
+    if om.method != "chi2":
+        sec.note(f"Small expected counts in the omnibus table (smallest {om.min_expected:.3g}): its p-value is a "
+                 "Monte Carlo test conditional on the margins.", level="warning")
+    for msg in par.warnings:
+        if not msg.startswith("omnibus"):
+            sec.note(msg, level="warning")
+    small = par.contrasts.index[par.contrasts["too_small"]].tolist()
+    if small:
+        sec.note("Too small to judge reliably (few queries or expected counts below 5): " + ", ".join(map(str, small)) + ".",
+                 level="warning")
+    dropped = {k: v for k, v in (par.dropped or {}).items() if v}
+    if dropped:
+        sec.note("Left out for a missing attribute: " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in dropped.items()) + ".",
+                 level="warning")
+
+    table = par.table
+    shares = table.div(table.sum(axis=1).replace(0, np.nan), axis=0)
+    sec.figure("contingency", plots.heatmap(shares, title=f"Share of each result value per query value (top-{par.k})",
+                                            fmt="{:.2f}", cmap="Blues", vmin=0, vmax=1, cbar_label="row share"),
+               caption="Contingency table as row shares; the last row is the catalog. Parity means every row looks like the catalog row.",
+               data={"counts": table.to_numpy().tolist(), "rows": [str(i) for i in table.index], "columns": [str(c) for c in table.columns]})
+    sec.table("contingency_counts", table.reset_index().rename(columns={"query": "query value"}).set_index("query value"),
+              caption="Counts: rows are query values (plus the catalog), columns the values of the results.")
+    con = par.contrasts
+    sec.table("contrasts", con[[c for c in _CONTRAST_COLS if c in con.columns]],
+              caption=f"Contrast test per query value (2 x 2 against the catalog), RR with 95% CI, nRR and the 80% rule.",
+              highlight="reject")
+    fdf = con[np.isfinite(con["rr"].to_numpy(dtype=float)) & (con["rr"].to_numpy(dtype=float) > 0)].copy()
+    if len(fdf):
+        fdf["flag"] = fdf["reject"].astype(bool) & ~fdf["fair_80"].astype(bool)
+        hi_cap = np.where(np.isfinite(fdf["rr_high"].to_numpy(dtype=float)), fdf["rr_high"].to_numpy(dtype=float), np.nan)
+        fdf["rr_high_plot"] = hi_cap
+        fig = plots.forest(fdf, estimate="rr", low="rr_low", high="rr_high_plot", reference=1.0, band=(0.8, 1.25),
+                           flag="flag", xlabel="risk ratio RR (log scale)", title="Risk ratio of same-value results per query value")
+        fig.axes[0].set_xscale("log")
+        _plain_log_ticks(fig.axes[0])
+        sec.figure("risk_ratio", fig, caption="RR with 95% Katz CI; the shaded band 0.8-1.25 is fair under the 80% rule; "
+                   "red: significant after correction and outside the band.",
+                   data=fdf[["rr", "rr_low", "rr_high"]].reset_index().to_dict(orient="list"))
+    pr = par.per_rank
+    if len(pr):
+        sec.table("per_rank", pr[["statistic", "dof", "p_value", "method", "p_adj", "reject"]],
+                  caption="Strong condition: the omnibus test at each rank (corrected over ranks).", highlight="reject")
+    if audit.power_curves is not None:
+        sec.text(
+            f"Power analysis (Algorithm 1, {audit.power_trials:,} Monte Carlo trials per point) for this catalog's "
+            f"distribution of {attr!r}, K = {par.k}, alpha = {par.alpha:g}. The simulated catalog size is the "
+            "number of queries (every catalog item queries, as in the paper)."
+        )
+        sec.figure("power", _power_figure(audit),
+                   caption="Layout of Khaziev et al.'s Figure 3: (a) omnibus power against RR; (b, c) detectable nRR at "
+                           f"{audit.target_power:.0%} power against catalog size for the omnibus (black) and contrast tests.",
+                   data={"power": audit.power_curves.reset_index().to_dict(orient="list"),
+                         "detectable": audit.detectable.reset_index().to_dict(orient="list")})
+        sec.table("power_curves", audit.power_curves, caption="Power against RR and catalog size.", max_rows=60)
+        sec.table("detectable_nrr", audit.detectable, caption=f"Detectable nRR at {audit.target_power:.0%} power (NaN: not detectable at any RR).")
+    if audit.adequacy is not None:
+        adq = audit.adequacy.table
+        sec.table("catalog_size_check", adq, caption="Is this catalog large enough to detect an 80%-rule violation?",
+                  highlight="large_enough")
+        for ans in adq["answer"]:
+            sec.note(ans, level="info" if ans.startswith("Yes") else "warning")
+    if audit.embedding_status is not None:
+        st = audit.embedding_status
+        failed = int((~st["ok"]).sum())
+        sec.metrics("embeddings", {"images": len(st), "embedded": int(st["ok"].sum()), "no face / unreadable": failed},
+                    caption="Visual-search harness: images embedded with the built-in face descriptor.")
+        if failed:
+            sec.table("embedding_failures", st.loc[~st["ok"], ["item_id", "reason"]].set_index("item_id"),
+                      caption="Images left out of the catalog (no embedding).")
+    return sec

@@ -1,0 +1,287 @@
+"""k-nearest-neighbour visual search over embeddings (the paper's section 3.3.1).
+
+Khaziev et al. retrieve the K most similar catalog images of every query with
+a k-nearest-neighbour search under the Minkowski distance; this module does
+that for any embedding matrix and returns the ``(query_id, rank, item_id)``
+results table that :func:`fairvision.stats.parity.parity_test` reads.
+
+The search is blockwise and vectorised: for a block of queries it computes the
+distances to the whole catalog with one matrix product (Euclidean via
+``|q|^2 + |x|^2 - 2 q.x``, cosine via normalised dot products) or with array
+broadcasting (other Minkowski p), masks the excluded items, keeps
+``k + margin`` candidates per query with :func:`numpy.argpartition`, then
+recomputes the candidates' distances exactly in float64 and orders them by
+(distance, catalog position). The float32 screening is therefore only a
+filter: the reported neighbours and distances equal an exact float64 brute-force
+search unless more than ``margin`` items lie within float32 rounding of the
+K-th distance.
+
+Exclusions: the query itself (an item with the query's id), and optionally
+every item sharing the query's group (e.g. the same product photographed from
+several views, "near-duplicates" that would trivially match).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import FairvisionError
+
+METRICS = ("euclidean", "minkowski", "manhattan", "chebyshev", "cosine")
+
+
+def _exact(metric: str, p: float, q: np.ndarray, x: np.ndarray, xnorm: np.ndarray | None) -> np.ndarray:
+    """Exact float64 distances between q (m, d) and candidate rows x (m, c, d)."""
+    q = q.astype(np.float64)
+    diff = x.astype(np.float64)
+    if metric == "cosine":
+        dots = np.einsum("mcd,md->mc", diff, q)
+        return 1.0 - dots / (np.sqrt(np.einsum("md,md->m", q, q))[:, None] * xnorm)
+    diff -= q[:, None, :]
+    if p == 2:
+        return np.sqrt(np.einsum("mcd,mcd->mc", diff, diff))
+    np.abs(diff, out=diff)
+    if p == 1:
+        return np.sum(diff, axis=-1)
+    if np.isinf(p):
+        return np.max(diff, axis=-1)
+    return np.sum(diff**p, axis=-1) ** (1.0 / p)
+
+
+def exact_distances(x: np.ndarray, q: np.ndarray, *, metric: str = "euclidean", p: float = 2.0) -> np.ndarray:
+    """Exact float64 distances from one query ``q`` (d,) to every row of ``x`` (n, d): the reference computation."""
+    metric, p = _normalise_metric(metric, p)
+    x64 = np.asarray(x, dtype=np.float64)
+    xnorm = np.sqrt(np.sum(x64 * x64, axis=-1))[None, :] if metric == "cosine" else None
+    return _exact(metric, p, np.asarray(q, dtype=np.float64)[None, :], x64[None, :, :], xnorm)[0]
+
+
+def _normalise_metric(metric: str, p: float) -> tuple[str, float]:
+    metric = str(metric).lower()
+    if metric not in METRICS:
+        raise FairvisionError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if metric == "euclidean":
+        return "minkowski", 2.0
+    if metric == "manhattan":
+        return "minkowski", 1.0
+    if metric == "chebyshev":
+        return "minkowski", float("inf")
+    if metric == "minkowski":
+        p = float(p)
+        if not p >= 1:
+            raise FairvisionError(f"Minkowski p must be >= 1 (a metric), got {p}")
+    return metric, float(p)
+
+
+def knn_search(
+    embeddings,
+    ids: Sequence | None = None,
+    k: int = 6,
+    *,
+    metric: str = "minkowski",
+    p: float = 2.0,
+    queries: Sequence | None = None,
+    query_embeddings=None,
+    groups: Sequence | None = None,
+    query_groups: Sequence | None = None,
+    exclude_self: bool = True,
+    block_size: int | None = None,
+    margin: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """The ``k`` nearest catalog items of every query.
+
+    Parameters
+    ----------
+    embeddings : array_like, shape (n, d)
+        The catalog's embeddings.
+    ids : sequence of length n, optional
+        Catalog item ids (default ``"0".."n-1"``).
+    k : int
+        Neighbours per query (paper: K = 6).
+    metric : {"minkowski", "euclidean", "manhattan", "chebyshev", "cosine"}
+        Distance; ``"minkowski"`` uses ``p`` (p >= 1, ``inf`` for Chebyshev).
+        Cosine distance is ``1 - cos``.
+    p : float
+        Minkowski order (2 = Euclidean, the paper's choice).
+    queries : sequence of ids, optional
+        Catalog items to use as queries (default: every item). Ignored when
+        ``query_embeddings`` is given.
+    query_embeddings : (array_like, sequence), optional
+        External queries as ``(vectors (m, d), ids)``; an external query whose
+        id is also a catalog id is treated as that item (excluded from its own
+        results).
+    groups : sequence of length n, optional
+        A product/group id per catalog item: a query never retrieves an item
+        of its own group (near-duplicates such as other views of the same
+        product). ``query_groups`` gives the groups of external queries.
+    exclude_self : bool
+        Leave the query item out of its own results (default True).
+    block_size : int, optional
+        Queries per block (default: about 64 MB of float32 distances).
+    margin : int
+        Extra candidates kept per query for the exact float64 re-ranking.
+    progress : callable, optional
+        Called as ``progress(done, total)`` after each block.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``query_id``, ``rank`` (1..k), ``item_id``, ``distance``; a query with
+        fewer than k eligible items gets fewer rows.
+    """
+    metric, p = _normalise_metric(metric, p)
+    x = np.asarray(embeddings)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise FairvisionError(f"embeddings must be a non-empty 2-D array, got shape {x.shape}")
+    x = x.astype(np.float32, copy=False)
+    if not np.isfinite(x).all():
+        bad = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
+        raise FairvisionError(f"embeddings: row {bad + 1} has NaN or infinite values")
+    n, d = x.shape
+    cat_ids = np.asarray([str(i) for i in (range(n) if ids is None else ids)], dtype=object)
+    if cat_ids.size != n:
+        raise FairvisionError(f"{cat_ids.size} ids for {n} embeddings")
+    pos = pd.Index(cat_ids)
+    if pos.has_duplicates:
+        dup = cat_ids[pos.duplicated()][0]
+        raise FairvisionError(f"embeddings: duplicate id {dup!r}")
+    if int(k) < 1:
+        raise FairvisionError(f"k must be at least 1, got {k}")
+    k = int(k)
+
+    if query_embeddings is not None:
+        qx, qids = query_embeddings
+        qx = np.asarray(qx, dtype=np.float32)
+        if qx.ndim != 2 or qx.shape[1] != d:
+            raise FairvisionError(f"query embeddings must have shape (m, {d}), got {qx.shape}")
+        qids = np.asarray([str(i) for i in qids], dtype=object)
+        qself = pos.get_indexer(qids)  # -1 when not a catalog item
+    else:
+        if queries is None:
+            qself = np.arange(n)
+        else:
+            qids_in = np.asarray([str(i) for i in queries], dtype=object)
+            qself = pos.get_indexer(qids_in)
+            if (qself < 0).any():
+                raise FairvisionError(f"query {qids_in[int(np.flatnonzero(qself < 0)[0])]!r} is not a catalog id")
+        qx = x[qself]
+        qids = cat_ids[qself]
+    m = qx.shape[0]
+
+    gx = gq = None
+    if groups is not None:
+        gser = pd.Series(list(groups), dtype=object)
+        if len(gser) != n:
+            raise FairvisionError(f"{len(gser)} group ids for {n} embeddings")
+        if query_embeddings is not None and query_groups is None:
+            qg = pd.Series([None] * m, dtype=object)
+            have = qself >= 0
+            qg[have] = gser.to_numpy()[qself[have]]
+        elif query_embeddings is not None:
+            qg = pd.Series(list(query_groups), dtype=object)
+        else:
+            qg = gser.iloc[qself].reset_index(drop=True)
+        codes, _ = pd.factorize(pd.concat([gser, qg], ignore_index=True), use_na_sentinel=True)
+        gx, gq = codes[:n], codes[n:]
+
+    # Catalog padded to a multiple of the chunk size; padded columns get an infinite distance.
+    chunk = int(max(16, min(512, np.sqrt(n))))
+    n_pad = -(-n // chunk) * chunk
+    bias = np.full(n_pad, np.inf, dtype=np.float32)
+    xnorm64 = None
+    if metric == "cosine":
+        xnorm64 = np.sqrt(np.sum(x.astype(np.float64) ** 2, axis=1))
+        qn = np.sqrt(np.sum(qx.astype(np.float64) ** 2, axis=1))
+        if (xnorm64 == 0).any() or (qn == 0).any():
+            raise FairvisionError("cosine distance is undefined for an all-zero embedding")
+        xs = np.zeros((n_pad, d), dtype=np.float32)
+        xs[:n] = x / xnorm64[:, None]
+        bias[:n] = 0.0
+    elif p == 2:
+        xs = np.zeros((n_pad, d), dtype=np.float32)
+        xs[:n] = x
+        bias[:n] = np.einsum("ij,ij->i", x, x)
+
+    if block_size is None:
+        per_q = n_pad * 4 if (metric == "cosine" or p == 2) else n_pad * 4 * max(1, d // 8)
+        block_size = int(max(1, min(m, (64 << 20) // max(per_q, 1))))
+    cand = min(n, k + max(0, int(margin)))
+    nchunks = n_pad // chunk
+    out_q, out_r, out_i, out_d = [], [], [], []
+    for start in range(0, m, block_size):
+        stop = min(m, start + block_size)
+        qb = qx[start:stop]
+        b = stop - start
+        # screening distances in float32, monotone in the true distance within a row
+        if metric == "cosine" or p == 2:
+            if metric == "cosine":
+                qs = qb / -np.linalg.norm(qb, axis=1, keepdims=True)
+            else:
+                qs = qb * np.float32(-2.0)
+            dist = qs @ xs.T  # (b, n_pad)
+            dist += bias[None, :]  # cosine: -cos; Euclidean: |x|^2 - 2 q.x (+|q|^2 is constant per row)
+        else:
+            dist = np.full((b, n_pad), np.inf, dtype=np.float32)
+            sub = max(1, (16 << 20) // max(1, n * d))
+            for s in range(0, b, sub):
+                diff = np.abs(qb[s:s + sub, None, :] - x[None, :, :])
+                if np.isinf(p):
+                    dist[s:s + sub, :n] = diff.max(axis=-1)
+                elif p == 1:
+                    dist[s:s + sub, :n] = diff.sum(axis=-1)
+                else:
+                    dist[s:s + sub, :n] = (diff**p).sum(axis=-1)  # monotone in the distance
+        if exclude_self:
+            sb = qself[start:stop]
+            rows = np.flatnonzero(sb >= 0)
+            dist[rows, sb[rows]] = np.inf
+        if gx is not None:
+            gb = gq[start:stop]
+            same = (gb[:, None] == gx[None, :]) & (gb[:, None] >= 0)
+            dist[:, :n][same] = np.inf
+        # exact top-`cand` screening without a full-row partition: the `cand` smallest values
+        # of a row lie in the `cand` chunks with the smallest minima.
+        dr = dist.reshape(b, nchunks, chunk)
+        cmin = dr.min(axis=2)
+        nsel = min(cand, nchunks)
+        sel = np.argpartition(cmin, nsel - 1, axis=1)[:, :nsel] if nsel < nchunks else np.broadcast_to(np.arange(nchunks), (b, nchunks))
+        vals = np.take_along_axis(dr, sel[:, :, None], axis=1).reshape(b, nsel * chunk)
+        cols = (sel[:, :, None] * chunk + np.arange(chunk)[None, None, :]).reshape(b, nsel * chunk)
+        if cand < vals.shape[1]:
+            part = np.argpartition(vals, cand - 1, axis=1)[:, :cand]
+            vals = np.take_along_axis(vals, part, axis=1)
+            cols = np.take_along_axis(cols, part, axis=1)
+        ok = np.isfinite(vals)
+        idx = np.where(ok, cols, 0)
+        exact = _exact(metric, p, qb, x[idx], xnorm64[idx] if metric == "cosine" else None)
+        exact = np.where(ok, exact, np.inf)
+        order = _order(exact, idx)
+        idx = np.take_along_axis(idx, order, axis=1)[:, :k]
+        exact = np.take_along_axis(exact, order, axis=1)[:, :k]
+        keep = np.isfinite(exact)
+        rr, cc = np.nonzero(keep)
+        out_q.append(qids[start:stop][rr])
+        out_r.append(cc + 1)
+        out_i.append(cat_ids[idx[rr, cc]])
+        out_d.append(exact[rr, cc])
+        if progress is not None:
+            progress(stop, m)
+    res = pd.DataFrame({
+        "query_id": np.concatenate(out_q).astype(str) if out_q else np.array([], dtype=str),
+        "rank": np.concatenate(out_r).astype(np.int64),
+        "item_id": np.concatenate(out_i).astype(str),
+        "distance": np.concatenate(out_d).astype(np.float64),
+    })
+    return res
+
+
+def _order(dist: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Row-wise order by distance, ties by catalog position (deterministic)."""
+    o1 = np.argsort(idx, axis=1, kind="stable")
+    d1 = np.take_along_axis(dist, o1, axis=1)
+    o2 = np.argsort(d1, axis=1, kind="stable")
+    return np.take_along_axis(o1, o2, axis=1)

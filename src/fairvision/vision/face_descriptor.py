@@ -1,0 +1,183 @@
+"""An offline face embedder for people photos: dlib's 128-d face descriptor.
+
+The visual-search harness of the retrieval audit (Khaziev et al., section
+3.3.1, retrieval by k-nearest neighbours over image embeddings) needs an
+embedder that runs with no download. dlib's ResNet face descriptor (the model
+behind ``face_recognition``; King, dlib 19.x, 99.38% on LFW) ships in the
+``face-recognition-models`` package, together with the 5-point shape
+predictor it aligns faces with. Faces are found with dlib's HOG frontal face
+detector; when an image has several faces the largest is described.
+
+Images without a detectable face (or that cannot be read) are recorded in the
+status table with a reason, never raised: the caller decides what to do with
+them (the retrieval audit leaves them out of the catalog and says how many).
+
+The model folder is located with :func:`importlib.util.find_spec`, because
+importing ``face_recognition_models`` imports ``pkg_resources``. dlib and PIL
+are imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import FairvisionError
+
+DESCRIPTOR_DIM = 128
+_RESNET = "dlib_face_recognition_resnet_model_v1.dat"
+_SHAPE5 = "shape_predictor_5_face_landmarks.dat"
+
+
+def model_dir() -> Path:
+    """The ``models`` folder of the installed ``face-recognition-models`` package."""
+    spec = importlib.util.find_spec("face_recognition_models")
+    if spec is None or spec.origin is None:
+        raise FairvisionError("the face descriptor needs the vision extra: pip install 'fairvision[vision]' (face-recognition-models)")
+    folder = Path(spec.origin).parent / "models"
+    for f in (_RESNET, _SHAPE5):
+        if not (folder / f).is_file():
+            raise FairvisionError(f"{folder / f}: model file missing; reinstall face-recognition-models")
+    return folder
+
+
+def _load_rgb(path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.ascontiguousarray(np.asarray(im.convert("RGB"), dtype=np.uint8))
+
+
+class FaceDescriptor:
+    """dlib HOG face detector + 5-point alignment + 128-d ResNet descriptor.
+
+    Parameters
+    ----------
+    upsample : int
+        Times the detector upsamples the image (1 finds faces down to about
+        40 px; more is slower).
+    jitter : int
+        Random re-crops averaged by dlib (0 = deterministic, fastest).
+    """
+
+    def __init__(self, upsample: int = 1, jitter: int = 0):
+        self.upsample = int(upsample)
+        self.jitter = int(jitter)
+        self._models = None
+
+    def _load(self):
+        if self._models is None:
+            try:
+                import dlib
+            except ImportError:
+                raise FairvisionError("the face descriptor needs dlib: pip install 'fairvision[vision]'") from None
+            folder = model_dir()
+            self._models = (
+                dlib.get_frontal_face_detector(),
+                dlib.shape_predictor(str(folder / _SHAPE5)),
+                dlib.face_recognition_model_v1(str(folder / _RESNET)),
+            )
+        return self._models
+
+    def describe(self, image) -> tuple[np.ndarray | None, dict]:
+        """Descriptor of the largest face in ``image`` (an RGB uint8 array or a path).
+
+        Returns
+        -------
+        descriptor : numpy.ndarray of shape (128,) or None
+            None when no face is found or the image cannot be read.
+        info : dict
+            ``n_faces``, ``box`` (left, top, right, bottom) and ``reason``
+            (``""``, ``"no face"`` or ``"unreadable: ..."``).
+        """
+        detector, shape_predictor, encoder = self._load()
+        if not isinstance(image, np.ndarray):
+            try:
+                image = _load_rgb(image)
+            except Exception as exc:  # any decoder failure is recorded, not raised
+                return None, {"n_faces": 0, "box": None, "reason": f"unreadable: {type(exc).__name__}"}
+        img = np.ascontiguousarray(image, dtype=np.uint8)
+        if img.ndim == 2:
+            img = np.ascontiguousarray(np.repeat(img[:, :, None], 3, axis=2))
+        dets = list(detector(img, self.upsample))
+        if not dets:
+            return None, {"n_faces": 0, "box": None, "reason": "no face"}
+        det = max(dets, key=lambda r: r.width() * r.height())
+        shape = shape_predictor(img, det)
+        vec = np.asarray(encoder.compute_face_descriptor(img, shape, self.jitter), dtype=np.float64)
+        box = (det.left(), det.top(), det.right(), det.bottom())
+        return vec, {"n_faces": len(dets), "box": box, "reason": ""}
+
+
+@dataclass
+class FaceEmbeddings:
+    """Face descriptors of a set of images.
+
+    Attributes
+    ----------
+    embeddings : numpy.ndarray, shape (n_ok, 128)
+        One row per image with a face, in input order.
+    ids : list of str
+        The ids of those rows.
+    status : pandas.DataFrame
+        Every input image: ``item_id``, ``image_path``, ``ok``, ``n_faces``,
+        ``reason``.
+    """
+
+    embeddings: np.ndarray
+    ids: list[str]
+    status: pd.DataFrame
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.status
+
+    @property
+    def failed(self) -> pd.DataFrame:
+        return self.status[~self.status["ok"]]
+
+
+def embed_faces(
+    paths: Sequence,
+    ids: Sequence | None = None,
+    *,
+    upsample: int = 1,
+    jitter: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> FaceEmbeddings:
+    """Describe the largest face of every image; images without a face are recorded, not raised.
+
+    Parameters
+    ----------
+    paths : sequence of path-like
+        Image files.
+    ids : sequence, optional
+        One id per image (default: the file name without suffix).
+    progress : callable, optional
+        ``progress(done, total)`` after every image.
+    """
+    paths = [str(p) for p in paths]
+    ids = [Path(p).stem for p in paths] if ids is None else [str(i) for i in ids]
+    if len(ids) != len(paths):
+        raise FairvisionError(f"{len(ids)} ids for {len(paths)} images")
+    fd = FaceDescriptor(upsample=upsample, jitter=jitter)
+    vecs, ok_ids, rows = [], [], []
+    for i, (pid, p) in enumerate(zip(ids, paths)):
+        if not os.path.isfile(p):
+            vec, info = None, {"n_faces": 0, "reason": "file not found"}
+        else:
+            vec, info = fd.describe(p)
+        if vec is not None:
+            vecs.append(vec)
+            ok_ids.append(pid)
+        rows.append({"item_id": pid, "image_path": p, "ok": vec is not None, "n_faces": int(info["n_faces"]),
+                     "reason": info["reason"]})
+        if progress is not None:
+            progress(i + 1, len(paths))
+    emb = np.vstack(vecs) if vecs else np.zeros((0, DESCRIPTOR_DIM))
+    return FaceEmbeddings(emb, ok_ids, pd.DataFrame(rows))
