@@ -1,7 +1,5 @@
 """FP-growth vs brute force; van Elteren, CMH and McNemar vs hand-worked examples and scipy."""
 
-import itertools
-
 import numpy as np
 import pandas as pd
 import pytest
