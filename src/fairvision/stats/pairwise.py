@@ -10,11 +10,15 @@ and ``method="auto"`` (scipy 1.17): the *exact* null distribution when at least
 one sample has at most 8 values and the pair has no tied values, otherwise the
 normal approximation with tie correction and continuity correction.
 
-Speed: scipy ranks every pair separately. Here every score is sorted once; the
-U statistic of every pair comes from per-group counts over the global tie
-blocks (``U_ab = sum_{x in a} #{y in b: y < x} + 0.5 #{y in b: y = x}``), and
-the tie term ``sum t^3 - t`` of a pair from per-group block counts, for blocks
-of groups at once. There is no Python loop over pairs.
+Speed: scipy ranks every pair separately. Here every score is sorted once
+(``np.unique``) into tie blocks and ``K[a, v]`` counts group a's scores in
+block v (a sparse matrix). Then
+``U_ab = sum_{x in a} #{y in b: y < x} + 0.5 #{y in b: y = x}
+= sum_v K[a, v] (C[b, v] + 0.5 K[b, v])`` with ``C`` the cumulative counts,
+one sparse-dense product per block of groups b; the tie term of a pair,
+``sum_v t^3 - t`` with ``t = K_a + K_b``, expands into per-group terms plus
+``3 sum_v K_a K_b (K_a + K_b)``, two sparse products over the tied blocks.
+There is no Python loop over pairs.
 """
 
 from __future__ import annotations
@@ -143,39 +147,36 @@ def u_statistics(x: np.ndarray, codes: np.ndarray, n_groups: int):
         ``sum (t^3 - t)`` over the tie blocks of the pooled sample of a and b.
     counts : ndarray, shape (G,)
     """
-    order = np.argsort(codes, kind="stable")
-    xs = x[order]
-    gs = codes[order]
-    counts = np.bincount(gs, minlength=n_groups)
+    from scipy import sparse
+
+    counts = np.bincount(codes, minlength=n_groups)
     if np.any(counts == 0):
         raise FairvisionError("u_statistics: every group needs at least one score")
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    _, blk = np.unique(xs, return_inverse=True)
+    uniq, blk = np.unique(x, return_inverse=True)
     blk = np.asarray(blk).ravel()
-    nblk = int(blk.max()) + 1
-    n = xs.size
-    any_ties = nblk < n
-    if any_ties:
-        # own[i]: how many scores of i's own group share i's value
-        _, key_inv, key_cnt = np.unique(gs.astype(np.int64) * nblk + blk, return_inverse=True, return_counts=True)
-        own = key_cnt[np.asarray(key_inv).ravel()].astype(float)
-        self_tie = np.add.reduceat(own * own - 1.0, starts)  # sum_v K_a^3 - K_a
+    nblk = uniq.size
+    # K[a, v]: how many scores of group a fall in tie block v (sorted values)
+    K = sparse.csr_matrix((np.ones(x.size), (codes, blk)), shape=(n_groups, nblk))
+    K.sum_duplicates()
     u = np.empty((n_groups, n_groups))
-    cross = np.zeros((n_groups, n_groups)) if any_ties else None
-    chunk = max(1, min(n_groups, _CHUNK_ELEMENTS // max(n, nblk)))
+    chunk = max(1, min(n_groups, _CHUNK_ELEMENTS // max(1, nblk)))
+    order = np.argsort(codes, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     for c0 in range(0, n_groups, chunk):
         c1 = min(n_groups, c0 + chunk)
-        lo, hi = starts[c0], starts[c1 - 1] + counts[c1 - 1]
-        k = np.zeros(((c1 - c0), nblk))
-        np.add.at(k, (gs[lo:hi] - c0, blk[lo:hi]), 1.0)
-        below = np.cumsum(k, axis=1) - 0.5 * k  # #b < v + 0.5 #b == v
-        u[c0:c1] = np.add.reduceat(below[:, blk], starts, axis=1)  # rows: b, columns: a
-        if any_ties:
-            kb = k[:, blk]
-            cross[c0:c1] = np.add.reduceat(kb * (own + kb), starts, axis=1)
-    u = u.T  # u[a, b]
-    if any_ties:
-        tie = self_tie[:, None] + self_tie[None, :] + 3.0 * cross.T
+        idx = order[bounds[c0]:bounds[c1]]
+        w = c1 - c0
+        kt = np.bincount(blk[idx] * w + (codes[idx] - c0), minlength=nblk * w).reshape(nblk, w).astype(float)
+        below = np.cumsum(kt, axis=0)
+        below -= 0.5 * kt  # #b < v + 0.5 #b == v, for every block v and group b of the chunk
+        u[:, c0:c1] = K @ below  # u[a, b] = sum_v K[a, v] below[v, b]
+    if nblk < x.size:
+        tied = np.flatnonzero(np.bincount(blk, minlength=nblk) > 1)
+        Kt = K[:, tied]
+        Kt2 = Kt.multiply(Kt).tocsr()
+        self_tie = np.asarray(Kt2.multiply(Kt).sum(axis=1)).ravel() - np.asarray(Kt.sum(axis=1)).ravel()
+        cross = (Kt2 @ Kt.T + Kt @ Kt2.T).toarray()  # sum_v K_a K_b (K_a + K_b)
+        tie = self_tie[:, None] + self_tie[None, :] + 3.0 * cross
     else:
         tie = np.zeros((n_groups, n_groups))
     return u, tie, counts
