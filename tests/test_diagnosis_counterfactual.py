@@ -134,5 +134,7 @@ def test_transect_rejects_bad_input():
         colour_transect(img, np.ones((4, 4), bool))
     with pytest.raises(FairvisionError, match="axis"):
         colour_transect(img, ~mask, axis="b")
-    res = colour_transect(img, ~mask, axis="L", delta=-5)
+    res = colour_transect(img, ~mask, axis="L", delta=-5, estimator="mean")
     assert abs(res.check["achieved"] + 5) <= 1.0
+    # the mean estimator measures the same region colour independently of the transect's own bookkeeping
+    assert res.check["estimator_L_change"] == pytest.approx(res.check["achieved"], abs=1e-3)

@@ -259,6 +259,7 @@ def transect_cmd(
     mask_method: str = typer.Option("mediapipe", "--mask-method", help="Skin mask: mediapipe, dlib, colour or auto."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Accepted error of the requested shift."),
     other_tolerance: float = typer.Option(2.0, "--other-tolerance", min=0.0, help="Accepted drift of the other axis."),
+    estimator: Optional[str] = typer.Option(None, "--estimator", help="Also report the shift a skin colour estimator sees: thong, mean or median_ita (informational)."),
 ):
     """Colorimetric transect: shift the skin region's L* (or rotate its h*) by --delta inside the skin mask only,
     write the manipulated images as PNG, and check on the 8-bit result that the requested axis moved by the
@@ -298,7 +299,7 @@ def transect_cmd(
             else:
                 try:
                     res = colour_transect(img, mr.mask, axis=axis, delta=delta, tolerance=tolerance,
-                                          other_tolerance=other_tolerance)
+                                          other_tolerance=other_tolerance, estimator=estimator)
                 except FairvisionError as exc:
                     row.update(status="skipped", reason=str(exc))
                 else:
@@ -315,7 +316,8 @@ def transect_cmd(
     checks.to_csv(buf, index=False)
     extra["checks.csv"] = buf.getvalue().encode()
     paths = _write(transect_section(checks, axis=axis, delta=delta), output, "fairvision: colorimetric transect",
-                   {"axis": axis, "delta": delta, "mask_method": mask_method, "images": len(files)}, extra_files=extra)
+                   {"axis": axis, "delta": delta, "mask_method": mask_method, "estimator": estimator, "images": len(files)},
+                   extra_files=extra)
     n_done = int((checks["status"] == "done").sum())
     done(paths, f"{n_done} of {len(files)} images shifted, {int(checks['ok'].sum())} within tolerance; "
                 f"images in {Path(output) / 'images'}")

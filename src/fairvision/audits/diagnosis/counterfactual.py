@@ -280,6 +280,7 @@ def colour_transect(
     other_tolerance: float = 2.0,
     max_iter: int = 10,
     min_chroma: float = 2.0,
+    estimator: str | None = None,
 ) -> TransectResult:
     """Shift the skin region's L* (or rotate its h*) by ``delta`` and verify it.
 
@@ -310,6 +311,11 @@ def colour_transect(
         Below this chroma of the region's mean (a*, b*) the hue is undefined
         (e.g. black-and-white photos): h* transects are refused and L*
         transects report no hue check (``other_change`` NaN).
+    estimator : str, optional
+        Also report how a skin colour estimator of :mod:`fairvision.skin.estimators`
+        (``thong``, ``mean``, ``median_ita``) sees the shift:
+        ``estimator_L_change`` and ``estimator_h_change`` (informational; the
+        Thong estimator works on histogram modes, so it moves in bin steps).
 
     Returns
     -------
@@ -380,6 +386,13 @@ def colour_transect(
         "iterations": int(it), "applied_L_offset": float(off_l), "applied_h_offset": float(off_h),
         "outside_unchanged": bool(np.array_equal(out[~m], img[~m])),
     }
+    if estimator is not None:
+        from fairvision.skin.estimators import estimate
+
+        e0, e1 = estimate(estimator, lab0), estimate(estimator, srgb_to_lab(new_px, dtype=np.float64))
+        check["estimator"] = estimator
+        check["estimator_L_change"] = float(e1["L"] - e0["L"])
+        check["estimator_h_change"] = _wrap(e1["hue"] - e0["hue"]) if hue_defined else float("nan")
     other_ok = (not np.isfinite(other)) or abs(other) <= other_tolerance
     check["ok"] = bool(abs(achieved - delta) <= tolerance and other_ok and check["outside_unchanged"])
     return TransectResult(out, check)
