@@ -50,7 +50,10 @@ def test_error_model_ranks_planted_feature_first(planted):
     assert r.importances.sort_values("permutation", ascending=False).index[0] == "lighting"
     assert "lighting" in r.selected and r.explained
     worst = r.rules.iloc[0]
-    assert "lighting = dim" in worst["rule"] and worst["mean"] < 0.65
+    # pruned by cross-validation, the tree keeps only the planted split
+    assert worst["condition"] == "lighting = dim" and worst["mean"] < 0.65
+    assert worst["n"] == int((planted["lighting"] == "dim").sum())
+    assert worst["mean"] == pytest.approx(planted.loc[planted["lighting"] == "dim", "score"].mean())
     assert worst["rule"].endswith(f"n = {worst['n']}")
     assert r.rules["n"].sum() == len(planted) and r.by_subject and r.n_subjects == 300
 
@@ -58,6 +61,7 @@ def test_error_model_ranks_planted_feature_first(planted):
 def test_error_model_without_cause_explains_nothing():
     r = model_errors(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200)
     assert not r.explained and r.r2_forest < 0.02
+    assert r.meta["n_leaves"] == 1 and r.rules["condition"].tolist() == ["all samples"]  # no rule flagged
 
 
 def test_error_model_reproducible_under_seed(planted):

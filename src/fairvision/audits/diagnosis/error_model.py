@@ -307,6 +307,36 @@ def _tree_leaves(tree, enc_sel: EncodedFeatures) -> dict[int, str]:
     return out
 
 
+def _pruning_alpha(X: np.ndarray, y: np.ndarray, clusters: np.ndarray, max_depth: int, min_leaf: int,
+                   seed: int, folds: int = 5) -> float:
+    """Cost-complexity pruning strength by subject-grouped K-fold CV and the one-standard-error rule.
+
+    Breiman et al. (1984, section 3.4.3): among the pruning levels whose CV
+    error is within one standard error of the best, take the simplest. Splits
+    that only fit noise are pruned away, so rules describe real effects.
+    """
+    from sklearn.model_selection import GroupKFold
+    from sklearn.tree import DecisionTreeRegressor
+
+    n_groups = int(clusters.max()) + 1
+    if n_groups < folds:
+        return 0.0
+    full = DecisionTreeRegressor(max_depth=max_depth, min_samples_leaf=min_leaf, random_state=seed)
+    alphas = np.unique(np.maximum(full.cost_complexity_pruning_path(X, y).ccp_alphas, 0.0))
+    if alphas.size <= 1:
+        return 0.0
+    errs = np.empty((alphas.size, folds))
+    for f, (tr, te) in enumerate(GroupKFold(n_splits=folds).split(X, y, clusters)):
+        for i, a in enumerate(alphas):
+            t = DecisionTreeRegressor(max_depth=max_depth, min_samples_leaf=min_leaf, ccp_alpha=a, random_state=seed)
+            t.fit(X[tr], y[tr])
+            errs[i, f] = np.mean((t.predict(X[te]) - y[te]) ** 2)
+    mean, se = errs.mean(1), errs.std(1, ddof=1) / np.sqrt(folds)
+    best = int(np.argmin(mean))
+    ok = np.flatnonzero(mean <= mean[best] + se[best])
+    return float(alphas[ok.max()])
+
+
 @dataclass
 class ErrorModelResult:
     """Result of :func:`model_errors`.
@@ -380,6 +410,7 @@ def model_errors(
     n_boot: int = 5000,
     level: float = 0.95,
     min_r2: float = 0.02,
+    prune: bool = True,
     seed: int | None = 0,
 ) -> ErrorModelResult:
     """Model a per-sample score from annotations (FHIBE direct error modelling).
@@ -415,6 +446,11 @@ def model_errors(
         Share of subjects held out for the permutation importance and R^2.
     n_boot : int
         Bootstrap replicates for the rule standard errors (FHIBE: 5,000).
+    prune : bool
+        Prune the explanatory tree by cost complexity, the strength chosen by
+        subject-grouped 5-fold cross-validation with the one-standard-error
+        rule, so that splits fitting noise do not become rules. ``False``
+        keeps the full ``max_depth`` tree (FHIBE's plain tree).
     min_r2 : float
         Held-out R^2 below which the result says the features explain nothing
         (``ErrorModelResult.explained`` is false).
@@ -503,7 +539,8 @@ def model_errors(
     enc_sel = EncodedFeatures(enc.X[:, cols], [enc.feature[j] for j in cols], [enc.level[j] for j in cols],
                               enc.kinds, enc.has_missing)
     leaf_min = min_leaf if min_leaf is not None else max(10, int(math.ceil(0.02 * y.size)))
-    tree = DecisionTreeRegressor(max_depth=max_depth, min_samples_leaf=leaf_min, random_state=forest_seed)
+    alpha = _pruning_alpha(enc_sel.X, y, clusters, max_depth, leaf_min, forest_seed) if prune else 0.0
+    tree = DecisionTreeRegressor(max_depth=max_depth, min_samples_leaf=leaf_min, ccp_alpha=alpha, random_state=forest_seed)
     tree.fit(enc_sel.X, y)
     r2_tree = float(r2_score(y, tree.predict(enc_sel.X)))
     descr = _tree_leaves(tree, enc_sel)
@@ -531,5 +568,6 @@ def model_errors(
         n_subjects=n_clusters, n_dropped=n_dropped, n_boot=n_boot, seed=seed, by_subject=by_subject,
         overall_mean=float(y.mean()), min_r2=min_r2,
         meta={"n_estimators": n_estimators, "max_depth": max_depth, "min_leaf": leaf_min, "test_size": test_size,
+              "ccp_alpha": alpha, "n_leaves": int(tree.get_n_leaves()),
               "n_train": int(tr.size), "n_test": int(te.size)},
     )

@@ -72,7 +72,7 @@ def patterns_section(result, *, id: str = "diagnosis-patterns", title: str = "Er
         top = rules[rules["significant"]].iloc[0]
         s.note(f"Top significant rule: {top['items']} → low {result.score} (lift {top['lift']:.2f}, "
                f"confidence {top['confidence']:.1%}, n = {top['n_matching']}). Use it as a group with "
-               f"`add_rule_attribute` or `--save-rule` to audit it.", "finding")
+               f"`add_rule_attribute` (CLI: --save-groups) to audit it.", "finding")
     if len(rules):
         head = rules.head(20)
         s.figure("lift", plots.bar(head.set_index("items")["lift"], title="Lift of the top rules", ylabel="lift",
