@@ -51,6 +51,7 @@ __all__ = [
     "kmeans_lloyd",
     "quantile_seeds",
     "thong",
+    "thong_features",
     "thong_published",
     "mean",
     "median_ita",
@@ -129,12 +130,14 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
     """
     X = np.asarray(X, dtype=np.float64)
     mu = X.mean(axis=0)
+    cols = [np.ascontiguousarray(X[:, d] - mu[d]) for d in range(X.shape[1])]  # contiguous for bincount
     Xa = np.empty((X.shape[0], X.shape[1] + 1), dtype=np.float32)
-    Xa[:, :-1] = X - mu
+    for d, col in enumerate(cols):
+        Xa[:, d] = col
     Xa[:, -1] = 1.0
     C = np.array(centers, dtype=np.float64) - mu
     k = C.shape[0]
-    thresh = tol * float(np.mean(X.var(axis=0)))
+    thresh = tol * float(np.mean([np.dot(col, col) / max(col.size, 1) for col in cols]))
     labels = None
     it = 0
     for it in range(1, max_iter + 1):
@@ -145,8 +148,8 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
         counts = np.bincount(labels, minlength=k)
         nz = counts > 0
         C_old = C.copy()
-        for d in range(X.shape[1]):
-            s = np.bincount(labels, weights=Xa[:, d], minlength=k)
+        for d, col in enumerate(cols):
+            s = np.bincount(labels, weights=col, minlength=k)
             C[nz, d] = s[nz] / counts[nz]
         if ((C - C_old) ** 2).sum() <= thresh:
             labels = _nearest(Xa, C)
@@ -237,8 +240,15 @@ def _result(L, a, b, hue, ita_value=None, gray=None, **extra) -> dict:
     }
 
 
-def thong(lab: np.ndarray, *, k: int = 5, top: int = 3, coarse: int = 20000, details: bool = True,
-          init_centers: np.ndarray | None = None) -> dict:
+def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-pixel (L*, signed h*, C*) in float64: what :func:`thong` clusters and takes modes of."""
+    lab = np.asarray(lab)
+    return (lab[:, 0].astype(np.float64), hue_angle(lab, convention="signed").astype(np.float64),
+            _chroma(lab).astype(np.float64))
+
+
+def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 8000, details: bool = True,
+          init_centers: np.ndarray | None = None, features: tuple | None = None) -> dict:
     """Deterministic Thong et al. estimator (METHODS.md section 2) on CIELAB pixels.
 
     Parameters
@@ -255,6 +265,8 @@ def thong(lab: np.ndarray, *, k: int = 5, top: int = 3, coarse: int = 20000, det
         Start Lloyd's algorithm from these (L*, signed h*) centres instead of
         the quantile seeds (used for the bootstrap replicates of the
         stability measure, which restart from the full-sample solution).
+    features : tuple of 3 arrays, optional
+        Precomputed :func:`thong_features` (then ``lab`` is ignored).
 
     Returns
     -------
@@ -262,13 +274,10 @@ def thong(lab: np.ndarray, *, k: int = 5, top: int = 3, coarse: int = 20000, det
     ``ita`` and ``extra`` (cluster centres, sizes, modes, kept clusters and the
     weighted spread of the kept modes, as the published code reports).
     """
-    lab = np.asarray(lab)
-    n = lab.shape[0]
+    L, h, C = thong_features(lab) if features is None else features
+    n = L.shape[0]
     if n < k:
         raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
-    L = lab[:, 0].astype(np.float64)
-    h = hue_angle(lab, convention="signed").astype(np.float64)
-    C = _chroma(lab).astype(np.float64)
     X = np.column_stack([L, h])
     step = max(1, n // coarse)
     if init_centers is not None:

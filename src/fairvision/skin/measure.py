@@ -140,12 +140,18 @@ def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None) -> dic
     rng = np.random.default_rng(seed)
     reps = []
     kw = dict(kw)
+    feats = None
     if method == "thong":
-        kw["details"] = False
-        kw["init_centers"] = init
+        from fairvision.skin.estimators import thong, thong_features
+
+        feats = thong_features(lab)
+        kw.update(details=False, init_centers=init)
     for _ in range(int(n_boot)):
         idx = rng.integers(0, n, size=m)
-        r = estimate(method, lab[idx], None if gray is None else gray[idx], **kw)
+        if feats is not None:
+            r = thong(None, features=tuple(f[idx] for f in feats), **kw)
+        else:
+            r = estimate(method, lab[idx], None if gray is None else gray[idx], **kw)
         hue = r["hue"] if method == "thong-published" else _signed(r["hue"])
         reps.append((r["L"], hue, r["gray"] if r["gray"] is not None else np.nan, r["ita"]))
     reps = np.array(reps, dtype=np.float64)
