@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from fairvision.errors import ColumnError
-from fairvision.stats.elo import compare_groups, elo
+from fairvision.stats.elo import compare_elo_groups, elo
 
 
 def _hand(games, m=400, k=16, init=1400):
@@ -64,7 +64,7 @@ def test_parameters_and_random_orders():
 def test_group_t_tests_bonferroni():
     ratings = pd.Series([1500, 1510, 1490, 1300, 1310, 1290, 1400, 1405], index=list("abcdefgh"))
     groups = pd.Series(["x", "x", "x", "y", "y", "y", "z", "z"], index=list("abcdefgh"))
-    res = compare_groups(ratings, groups)
+    res = compare_elo_groups(ratings, groups)
     assert len(res) == 3
     ref = stats.ttest_ind([1500, 1510, 1490], [1300, 1310, 1290])
     row = res[(res.group_a == "x") & (res.group_b == "y")].iloc[0]

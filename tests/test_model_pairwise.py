@@ -145,3 +145,17 @@ def test_false_positive_rate_at_nominal_level():
     rate = (ps < 0.05).mean()
     assert 0.035 < rate < 0.065, rate  # 3,000 correlated tests: nominal 5%
     assert family_errors / n_seeds <= 0.08  # Bonferroni FWER <= 5% (+ sampling noise)
+
+
+def test_public_names_through_fairvision_stats():
+    import subprocess
+    import sys
+
+    # the module stats/disparity.py shadows the exported function name: both orders must work
+    code = ("import fairvision.stats as S; od, _ = S.overall_disparity(__import__('pandas').DataFrame([[1.0, 0.5]]));"
+            "assert abs(S.disparity(0.6, 0.8) - 0.25) < 1e-12; assert od == 0.5;"
+            "r = S.pairwise_mannwhitney([1, 2, 3, 4], ['a', 'a', 'b', 'b']); assert len(r) == 1;"
+            "assert S.elo is not None and S.recall_matrix is not None and S.intraclass_disparity is not None")
+    for prefix in ("", "import fairvision.stats as S; S.disparity(0.5, 1.0);"):
+        p = subprocess.run([sys.executable, "-c", prefix + code], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr

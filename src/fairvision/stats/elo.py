@@ -98,7 +98,7 @@ def elo(games: pd.DataFrame, *, m: float = 400.0, k: float = 16.0, initial: floa
                          "games": n_games}, index=index)
 
 
-def compare_groups(ratings, groups, *, correction: str = "bonferroni", alpha: float = 0.05,
+def compare_elo_groups(ratings, groups, *, correction: str = "bonferroni", alpha: float = 0.05,
                    equal_var: bool = True) -> pd.DataFrame:
     """Independent t-tests of ratings between every pair of groups, with correction (METHODS.md section 3).
 
