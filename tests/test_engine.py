@@ -77,3 +77,10 @@ def test_empty_and_bad_arguments():
     assert map_items(_square, [], workers=2) == []
     with pytest.raises(FairvisionError):
         map_items(_square, [1, 2], workers=-1)
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_other_start_methods_give_the_same_results(start_method):
+    out = map_items(_square, range(10), workers=2, chunksize=2, start_method=start_method)
+    assert [o.value for o in out if o.ok] == [x * x for x in range(10) if x != 7]
+    assert not out[7].ok

@@ -42,6 +42,8 @@ RESULT_COLUMNS = [
     "mask_method", "trust", "ok", "reason", "flags",
 ]
 
+# imported once by a fork server, when the pool cannot fork this process directly
+_PRELOAD = ("cv2", "mediapipe.python.solutions.face_mesh", "dlib", "fairvision.skin.measure", "fairvision.audits.skin_batch")
 # per-process worker state (the models live in the vision modules' caches)
 _WORKER: dict[str, Any] = {}
 
@@ -443,7 +445,7 @@ def measure_images(
     try:
         for outcome in imap(
             _measure_one, tasks, workers=max(1, int(workers)), initializer=_init_worker, initargs=(params,),
-            ordered=False,
+            ordered=False, preload=_PRELOAD,
         ):
             i, key = keys[outcome.index]
             if outcome.ok:

@@ -93,14 +93,19 @@ def _auto_chunksize(n: int, workers: int) -> int:
     return max(1, min(64, n // (workers * 8) or 1))
 
 
-def _context(start_method: str | None):
+def _context(start_method: str | None, preload: Sequence[str] = ()):
     if start_method is None:
         # fork is fastest, but only safe before this process started model threads
         methods = mp.get_all_start_methods()
         start_method = "forkserver" if "forkserver" in methods else "spawn"
         if "fork" in methods and not _threads_started():
             start_method = "fork"
-    return mp.get_context(start_method)
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver" and preload:
+        # modules imported once in the fork server, inherited by every worker it forks
+        # (takes effect only if the fork server has not started yet)
+        ctx.set_forkserver_preload(list(preload))
+    return ctx
 
 
 def _threads_started() -> bool:
@@ -128,6 +133,7 @@ def imap(
     progress: Callable[[Outcome], None] | None = None,
     start_method: str | None = None,
     max_in_flight: int | None = None,
+    preload: Sequence[str] = (),
 ) -> Iterator[Outcome]:
     """Apply ``fn`` to every item, yielding an :class:`Outcome` per item.
 
@@ -154,6 +160,9 @@ def imap(
         model built yet, otherwise ``forkserver``.
     max_in_flight : int, optional
         Chunks submitted but not finished; default ``4 * workers``.
+    preload : sequence of str
+        Modules for the fork server to import once (``forkserver`` only; with
+        ``fork`` the workers inherit whatever this process imported).
 
     Yields
     ------
@@ -182,7 +191,7 @@ def imap(
         raise FairvisionError(f"chunksize must be at least 1, got {chunksize}")
     chunks = [indexed[i : i + size] for i in range(0, n, size)]
     limit = max_in_flight or 4 * workers
-    ctx = _context(start_method)
+    ctx = _context(start_method, preload)
     pending_out: dict[int, Outcome] = {}
     next_to_yield = 0
     next_chunk = 0
