@@ -130,8 +130,11 @@ def test_bootstrap_vectorised_equals_loop_and_analytic_se():
 def test_patterns_name_planted_item(planted):
     r = find_error_patterns(planted, "score", FEATURES, low_quantile=0.2)
     assert r.n_low == int(np.sum(planted["score"] <= np.quantile(planted["score"], 0.2)))
-    top = r.rules.iloc[0]
-    assert ("lighting", "dim") in top["antecedent"] and top["significant"]
+    assert ("lighting", "dim") in r.rules.iloc[0]["antecedent"]  # highest lift
+    top = r.rules[r.rules["significant"]].iloc[0]
+    # extra items that do not raise the low-score rate beyond "lighting = dim" are not significant
+    assert top["items"] == "lighting = dim"
+    assert not r.rules.loc[r.rules["items"].str.contains("lighting = dim and|and lighting = dim"), "significant"].any()
     single = r.rules[r.rules["items"] == "lighting = dim"].iloc[0]
     low = planted["score"].to_numpy() <= r.threshold
     dim = (planted["lighting"] == "dim").to_numpy()
@@ -142,7 +145,7 @@ def test_patterns_name_planted_item(planted):
     assert single["pvalue"] == pytest.approx(p, rel=1e-6)
     for k in r.rules.index[:10]:
         assert rule_mask(planted, r.items(k)).sum() == r.rules.loc[k, "n_matching"]
-    grouped = add_rule_attribute(planted, r.items(1), "pattern1")
+    grouped = add_rule_attribute(planted, top["antecedent"], "pattern1")
     assert grouped["pattern1"].eq("matches").sum() == top["n_matching"]
 
 

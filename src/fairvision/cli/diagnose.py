@@ -86,6 +86,7 @@ def errors_cmd(
     n_boot: int = typer.Option(5000, "--n-boot", min=2, help="Bootstrap resamples for rule standard errors (FHIBE: 5,000)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the split, forest, tree and bootstrap."),
     label: Optional[str] = typer.Option(None, "--label", help="Name of the score in rule sentences (e.g. AR)."),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="Prune the tree by subject-grouped cross-validation (1-SE rule) so noise splits do not become rules; --no-prune keeps the full-depth tree."),
 ):
     """Direct error modelling (FHIBE): which annotations predict the per-sample score, ranked by random forest
     importance, the elbow-selected top features, and decision-tree rules such as
@@ -99,10 +100,10 @@ def errors_cmd(
     with status("modelling errors"):
         res = model_errors(df, metric, features, subject_col=subj, label=label, higher_is_better=not lower_is_better,
                            importance=importance, n_top=n_top, max_depth=max_depth, n_estimators=n_estimators,
-                           n_boot=n_boot, seed=seed)
+                           n_boot=n_boot, prune=prune, seed=seed)
         paths = _write(error_model_section(res), output, "fairvision: error modelling",
                        {"samples": str(samples), "scores": str(scores) if scores else None, "metric": metric,
-                        "features": features, "seed": seed, "n_boot": n_boot})
+                        "features": features, "seed": seed, "n_boot": n_boot, "prune": prune})
     done(paths, f"top feature: {res.importances.index[0]}; worst rule: {res.rules.iloc[0]['rule']}")
 
 

@@ -568,6 +568,6 @@ def model_errors(
         n_subjects=n_clusters, n_dropped=n_dropped, n_boot=n_boot, seed=seed, by_subject=by_subject,
         overall_mean=float(y.mean()), min_r2=min_r2,
         meta={"n_estimators": n_estimators, "max_depth": max_depth, "min_leaf": leaf_min, "test_size": test_size,
-              "ccp_alpha": alpha, "n_leaves": int(tree.get_n_leaves()),
+              "prune": prune, "ccp_alpha": alpha, "n_leaves": int(tree.get_n_leaves()),
               "n_train": int(tr.size), "n_test": int(te.size)},
     )

@@ -19,7 +19,8 @@ def error_model_section(result, *, id: str = "diagnosis-errors", title: str = "W
     s = Section(id, title, intro=(
         f"Direct error modelling (FHIBE): the per-sample {result.label} is predicted from the annotations by a "
         f"random forest; features are ranked by {result.importance} importance, the elbow of the ranking picks "
-        f"the top features, and a depth-{result.meta.get('max_depth')} decision tree on those turns them into "
+        f"the top features, and a decision tree on those (depth at most {result.meta.get('max_depth')}"
+        f"{', pruned by subject-grouped cross-validation' if result.meta.get('prune') else ''}) turns them into "
         f"rules. Rule means carry {result.n_boot:,}-resample bootstrap standard errors "
         f"({'resampling subjects' if result.by_subject else 'resampling samples; no subject column'})."))
     s.metrics("overview", {
@@ -60,7 +61,8 @@ def patterns_section(result, *, id: str = "diagnosis-patterns", title: str = "Er
         f"Association rules (FP-growth, FHIBE error pattern recognition) between attribute values and a low "
         f"{result.score} ({result.score} {cmp} {result.threshold:.4g}; {result.base_rate:.1%} of samples). "
         f"Ranked by lift = P(low | items) / P(low). Each rule has a one-sided Fisher exact p-value, "
-        f"{result.correction}-corrected over all {result.n_tested} frequent item combinations examined."))
+        f"{result.correction}-corrected over all {result.n_tested} frequent item combinations examined; a rule of "
+        f"several items is significant only if each item raises the low-score rate beyond the shorter rule."))
     rules = result.rules
     n_sig = int(rules["significant"].sum()) if len(rules) else 0
     s.metrics("overview", {"samples": result.n_samples, "low-score samples": result.n_low,
