@@ -215,7 +215,9 @@ def association_rules(
         Keep rules with ``confidence >= min_confidence``.
     consequent : item or iterable of items, optional
         Only rules with exactly this consequent (e.g. the "low score" item);
-        default: every non-empty proper subset of each itemset.
+        default: every non-empty proper subset of each itemset. A string is
+        one item; any other iterable is a set of items, so wrap an item that
+        is itself a tuple in a list: ``consequent=[("score", "low")]``.
     n_transactions : int, optional
         Used to give rule counts when ``itemsets`` has no ``count`` column.
 
