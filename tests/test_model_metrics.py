@@ -215,3 +215,28 @@ def test_coco_reader_and_per_image_scores(tmp_path):
     (tmp_path / "bad2.json").write_text(json.dumps([{"image_id": 7, "bbox": [0, 0, 1, 1], "score": 1}]))
     with pytest.raises(InputFileError, match="not in the ground truth"):
         read_coco_results(tmp_path / "bad2.json", g)
+
+
+def test_verification_by_group_matches_direct_computation():
+    from fairvision.audits.model import verification_by_group
+
+    rng = np.random.default_rng(8)
+    n_id, per = 40, 3
+    ident = np.repeat(np.arange(n_id), per)
+    centres = rng.normal(size=(n_id, 16))
+    noise = np.where(np.repeat(np.arange(n_id) % 2, per)[:, None] == 1, 0.9, 0.3)  # odd identities noisier
+    emb = centres[ident] + noise * rng.normal(size=(n_id * per, 16))
+    df = pd.DataFrame({"subject_id": ident.astype(str), "grp": np.where(ident % 2, "noisy", "clean"),
+                       "pronoun": np.where(ident < 20, "he", "she"), "tone": (ident % 6) + 1})
+    res = verification_by_group(df, emb, "grp", far=0.01, pronoun_col="pronoun", tone_col="tone")
+    assert res.loc["clean", "tar"] > res.loc["noisy", "tar"]
+    # direct: pairs with both ends in "clean"
+    i, j = positive_pairs(df.subject_id)
+    ni, nj = hard_negative_pairs(df.subject_id, df.pronoun, df.tone)
+    keep_p = (df.grp.to_numpy()[i] == "clean") & (df.grp.to_numpy()[j] == "clean")
+    keep_n = (df.grp.to_numpy()[ni] == "clean") & (df.grp.to_numpy()[nj] == "clean")
+    s = np.r_[cosine_scores(emb, i[keep_p], j[keep_p]), cosine_scores(emb, ni[keep_n], nj[keep_n])]
+    g = np.r_[np.ones(keep_p.sum(), bool), np.zeros(keep_n.sum(), bool)]
+    ref = tar_at_far(s, g, far=0.01)
+    assert res.loc["clean", "tar"] == pytest.approx(ref.tar)
+    assert res.loc["clean", "n_genuine"] == keep_p.sum() and res.loc["clean", "n_identities"] == 20

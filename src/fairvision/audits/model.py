@@ -16,6 +16,8 @@ Implements issue 4 on top of METHODS.md sections 4 and 7:
   top disparities across all intersections in the layout of the FHIBE paper's
   Extended Data Table 2. Lower-is-better metrics swap best and worst.
 * **Multi-class OD** (METHODS.md section 7) with a bootstrap CI.
+* **Face verification by group**: TAR at FAR from embeddings on all positive
+  pairs and FHIBE's hard negatives (:func:`verification_by_group`).
 * ``--fail-if`` conditions (``"disparity>0.2"``) parsed without ``eval``.
 """
 
@@ -566,3 +568,78 @@ def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mappi
         v = float(quantities[cond.name])
         out.append({"condition": cond.text, "name": cond.name, "value": v, "holds": cond.holds(v)})
     return out
+
+
+# -- face verification by group -----------------------------------------------------------------------------------
+
+def verification_by_group(
+    samples: pd.DataFrame,
+    embeddings,
+    attribute: Attribute | str,
+    *,
+    identity_col: str = "subject_id",
+    far: float = 0.001,
+    pronoun_col: str | None = None,
+    tone_col: str | None = None,
+    max_tone_diff: int = 1,
+    threshold: str = "group",
+    source: str = "samples",
+) -> pd.DataFrame:
+    """Face verification TAR at FAR per group (FHIBE, METHODS.md section 4).
+
+    Pairs: all positive pairs (same identity) and, when ``pronoun_col`` and
+    ``tone_col`` are given, FHIBE's hard negatives (same pronoun, skin tone
+    within ``max_tone_diff`` levels); otherwise every negative pair (guarded
+    by ``hard_negative_pairs``' size limit through a constant pronoun and tone).
+    Scores are cosine similarities of the embedding rows. A pair counts for
+    group g when both of its images are in g.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by group: tar, threshold, far, n_genuine, n_impostor,
+        n_identities.
+    """
+    from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs
+
+    emb = np.asarray(embeddings, dtype=float)
+    if emb.ndim != 2 or emb.shape[0] != len(samples):
+        raise FairvisionError(f"{source}: {len(samples)} samples but embeddings of shape {emb.shape}")
+    if identity_col not in samples.columns:
+        raise ColumnError(f"{source}: no identity column {identity_col!r}; columns are {', '.join(map(str, samples.columns))}")
+    ident = samples[identity_col].astype(str).to_numpy()
+    pi, pj = positive_pairs(ident)
+    if pronoun_col is not None and tone_col is not None:
+        for c in (pronoun_col, tone_col):
+            if c not in samples.columns:
+                raise ColumnError(f"{source}: no column {c!r}; columns are {', '.join(map(str, samples.columns))}")
+        ni, nj = hard_negative_pairs(ident, samples[pronoun_col].astype(str).to_numpy(), samples[tone_col].to_numpy(),
+                                     max_tone_diff=max_tone_diff)
+    else:
+        ones = np.ones(len(samples), dtype=np.int64)
+        ni, nj = hard_negative_pairs(ident, ones, ones, max_tone_diff=0)
+    i = np.concatenate([pi, ni])
+    j = np.concatenate([pj, nj])
+    genuine = np.r_[np.ones(pi.size, bool), np.zeros(ni.size, bool)]
+    scores = cosine_scores(emb, i, j)
+    attr = attribute if isinstance(attribute, Attribute) else Attribute(attribute)
+    mem = attr.membership(samples, source=source)
+    # pair in group g when both images are in g: join the memberships of both ends
+    in_g = sparse_membership(mem.rows, mem.codes, len(samples), mem.n_groups)
+    both = in_g[i].multiply(in_g[j]).tocoo()
+    from fairvision.metrics.verification import tar_at_far_by_group
+
+    labels = np.asarray(mem.categories, dtype=object)
+    out = tar_at_far_by_group(scores[both.row], genuine[both.row], labels[both.col], far, threshold=threshold)
+    ids = pd.DataFrame({"g": labels[mem.codes], "id": ident[mem.rows]}).drop_duplicates().groupby("g").size()
+    out = out.reindex(list(mem.categories))
+    out["n_identities"] = ids.reindex(out.index).fillna(0).astype(int).to_numpy()
+    out.index.name = attr.name
+    return out
+
+
+def sparse_membership(rows: np.ndarray, codes: np.ndarray, n_rows: int, n_groups: int):
+    """Boolean CSR matrix (rows x groups) of a long-form membership."""
+    from scipy import sparse
+
+    return sparse.csr_matrix((np.ones(rows.size), (rows, codes)), shape=(n_rows, n_groups))
