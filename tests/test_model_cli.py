@@ -109,3 +109,23 @@ def test_help_mentions_options():
     assert p.returncode == 0
     for opt in ("--samples", "--scores", "--attr", "--fail-if", "--lower-is-better", "--min-subjects", "--correction"):
         assert opt in p.stdout
+
+
+def test_on_bundled_fairface_demo_with_planted_gap(tmp_path):
+    """Real FairFace labels (9 age groups x 2 genders, 30 each); a synthetic score lower for 70+ women."""
+    from fairvision.datasets import load_demo
+
+    demo = load_demo()
+    rng = np.random.default_rng(7)
+    score = np.clip(rng.normal(0.85, 0.05, len(demo)), 0, 1)
+    score[((demo.age == "70+") & (demo.gender == "Female")).to_numpy()] -= 0.3
+    pd.DataFrame({"sample_id": demo.sample_id, "recall": score}).to_csv(tmp_path / "scores.csv", index=False)
+    from fairvision.datasets import demo_path
+
+    samples = demo_path() / "fairface" / "ground_truth.json"
+    rc = _run("--samples", samples, "--scores", tmp_path / "scores.csv", "-a", "age", "-a", "gender",
+              "--n-boot", "100", "-o", tmp_path / "out")
+    assert rc == 0
+    top = pd.read_parquet(tmp_path / "out" / "tables" / "model__top-disparities.parquet")
+    assert top.iloc[0]["worst_group"] == "70+ × Female"
+    assert top.iloc[0]["disparity"] == pytest.approx(0.3 / 0.85, abs=0.06)

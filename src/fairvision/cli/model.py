@@ -19,7 +19,7 @@ def audit_model_cmd(
     metric: List[str] = typer.Option([], "--metric", "-m", help="Score column to audit (repeat; default: every numeric column of the scores table)."),
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Column identifying the person (default: subject_id if present). CIs resample people, not images."),
     lower_is_better: List[str] = typer.Option([], "--lower-is-better", help="Metric where lower is better (error, LPIPS): worst and best swap. Repeat for several."),
-    max_k: int = typer.Option(1, "--max-k", min=1, max=6, help="Largest intersection size (2 = also every pair of attributes)."),
+    max_k: int = typer.Option(2, "--max-k", min=1, max=6, help="Largest intersection size (1 = single attributes, 2 = also every pair of attributes, ...)."),
     min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared (FHIBE: 10)."),
     correction: str = typer.Option("bonferroni", "--correction", help="Multiple-comparison correction within each attribute set: bonferroni (FHIBE), holm or bh."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the corrected p-values."),
@@ -93,7 +93,8 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     cdf, c_src = load(scores, "scores")
     data = join_scores(sdf, cdf, samples_source=s_src, scores_source=c_src)
     if not metrics:
-        metrics = [c for c in cdf.columns if c != SAMPLE_ID and c not in (true_col, pred_col)
+        not_scores = {SAMPLE_ID, true_col, pred_col, subject_col, "subject_id", "image_id", "id"}
+        metrics = [c for c in cdf.columns if c not in not_scores
                    and pd.api.types.is_numeric_dtype(cdf[c]) and not pd.api.types.is_bool_dtype(cdf[c])]
         if not metrics and true_col is None:
             raise FairvisionError(f"{c_src}: no numeric score columns; name them with --metric")
