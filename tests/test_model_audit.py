@@ -154,3 +154,21 @@ def test_bad_arguments():
     df.loc[3, "score"] = "oops"
     with pytest.raises(ColumnError, match="row 4"):
         model_audit(df, ["score"], ["age"])
+
+
+def test_group_ci_matches_explicit_subject_resampling():
+    from fairvision.stats.resample import cluster_bootstrap_weights
+
+    df = _synthetic(seed=5, n_subj=60, per=3)
+    res = model_audit(df, ["score"], ["age"], min_subjects=1, n_boot=40, seed=9)
+    t = res.groups[("score", "age")]
+    codes = pd.factorize(df.subject_id)[0]
+    w = cluster_bootstrap_weights(codes.max() + 1, 40, 9)
+    for grp in t.index:
+        reps = []
+        for b in range(40):
+            rows = np.repeat(np.arange(len(df)), w[b, codes].astype(int))
+            sub = df.iloc[rows]
+            reps.append(sub.loc[sub.age == grp, "score"].mean())
+        assert t.loc[grp, "ci_low"] == pytest.approx(np.quantile(reps, 0.025))
+        assert t.loc[grp, "ci_high"] == pytest.approx(np.quantile(reps, 0.975))

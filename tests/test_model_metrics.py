@@ -240,3 +240,37 @@ def test_verification_by_group_matches_direct_computation():
     ref = tar_at_far(s, g, far=0.01)
     assert res.loc["clean", "tar"] == pytest.approx(ref.tar)
     assert res.loc["clean", "n_genuine"] == keep_p.sum() and res.loc["clean", "n_identities"] == 20
+
+
+def test_polygon_matches_matplotlib_point_in_polygon():
+    from matplotlib.path import Path
+
+    rng = np.random.default_rng(9)
+    ang = np.sort(rng.random(9)) * 2 * np.pi
+    rad = rng.uniform(5, 14, 9)
+    xy = np.c_[16 + rad * np.cos(ang), 15 + rad * np.sin(ang)]
+    m = polygons_to_mask([xy.ravel().tolist()], 30, 32)
+    yy, xx = np.mgrid[0:30, 0:32]
+    ref = Path(xy).contains_points(np.c_[xx.ravel() + 0.5, yy.ravel() + 0.5]).reshape(30, 32)
+    np.testing.assert_array_equal(m, ref)
+
+
+def test_od_bootstrap_matches_explicit_resampling():
+    from fairvision.stats.disparity import overall_disparity_ci
+    from fairvision.stats.resample import cluster_bootstrap_weights
+
+    rng = np.random.default_rng(10)
+    n = 300
+    subj = np.repeat(np.arange(100), 3)
+    yt = rng.integers(0, 3, n)
+    yp = np.where(rng.random(n) < 0.7, yt, rng.integers(0, 3, n))
+    g = rng.choice(["a", "b"], 100)[subj]
+    res = overall_disparity_ci(yt, yp, g, subjects=subj, n_boot=50, seed=3)
+    w = cluster_bootstrap_weights(100, 50, 3)
+    reps = []
+    for b in range(50):  # explicit resample: repeat each subject's rows w times
+        rows = np.repeat(np.arange(n), w[b, subj].astype(int))
+        od, _ = overall_disparity(recall_matrix(yt[rows], yp[rows], g[rows]))
+        reps.append(od)
+    assert res.ci_low == pytest.approx(np.quantile(reps, 0.025))
+    assert res.ci_high == pytest.approx(np.quantile(reps, 0.975))
