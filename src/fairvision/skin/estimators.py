@@ -23,8 +23,11 @@ Methods
     The published code's choices (SonyResearch/apparent_skincolor): scikit-learn
     ``KMeans(5, n_init=1, random_state=2021)`` (k-means++ seeding), hue
     arctan(b*/a*) (a* < 0 gives negative angles), the histogram mode at the
-    LEFT bin edge. Kept for comparison with published numbers; its answer
-    depends on the seed.
+    LEFT bin edge, and Gaussian smoothing of the whole image (background
+    included) before the mask is applied. Kept for comparison with published
+    numbers; its answer depends on the seed. CIELAB is fairvision's
+    (IEC 61966-2-1 matrix), not scikit-image's, a difference of at most 0.03
+    in a*, b*.
 ``mean``
     Mean L*, a*, b* of the skin pixels (BiasPainter-style mean colour).
 ``median_ita``

@@ -395,12 +395,18 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
         mask_label = "supplied"
         if mask_trust == "low":
             flags.append("low_trust_mask")
-    img01 = _rgb01(img, where)
     n = int(m.sum())
     if n < max(int(opts["min_pixels"]), 5):
         flags.append("too_few_pixels")
         return _failed(method, f"too few skin pixels ({n} < {opts['min_pixels']})", flags, n,
                        mask_method=mask_label, n_faces=n_faces)
+    # work on the mask's bounding box plus a margin wider than the smoothing kernel (4 sigma + 1)
+    rows = np.flatnonzero(m.any(axis=1))
+    cols = np.flatnonzero(m.any(axis=0))
+    y0, y1 = max(rows[0] - 6, 0), min(rows[-1] + 7, m.shape[0])
+    x0, x1 = max(cols[0] - 6, 0), min(cols[-1] + 7, m.shape[1])
+    img01 = _rgb01(img[y0:y1, x0:x1], where)
+    m = m[y0:y1, x0:x1]
     raw = img01[m]
     if smooth is None:
         smooth = method.startswith("thong")
