@@ -296,13 +296,13 @@ def transect_cmd(
             mr = skin_mask(img, method=mask_method)
             row = {"image": str(f), "output": f"images/{name}"}
             if mr.mask is None:
-                row.update(status="skipped", reason=mr.reason or "no skin mask")
+                row.update(output=None, status="skipped", reason=mr.reason or "no skin mask")
             else:
                 try:
                     res = colour_transect(img, mr.mask, axis=axis, delta=delta, tolerance=tolerance,
                                           other_tolerance=other_tolerance, estimator=estimator)
                 except FairvisionError as exc:
-                    row.update(status="skipped", reason=str(exc))
+                    row.update(output=None, status="skipped", reason=str(exc))
                 else:
                     row.update(status="done", reason=None, **res.check)
                     extra[f"images/{name}"] = encode_png(res.image)

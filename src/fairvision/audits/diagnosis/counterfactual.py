@@ -304,9 +304,11 @@ def colour_transect(
     max_iter : int
         Corrections of the applied offsets: gamut mapping, L* clipping to
         [0, 100] and uint8 rounding shrink the achieved shift and make the
-        other axis drift, so both the requested offset and a compensating
-        offset on the other axis absorb the measured error until both are
-        within 0.05 (the best iterate is kept).
+        other axis drift, so the requested offset absorbs the measured error
+        until it is within 0.05, and a compensating offset on the other axis
+        is applied when that one drifts by more than a quarter of its
+        tolerance (steps are halved when the error changes sign; the best
+        iterate is kept).
     min_chroma : float
         Below this chroma of the region's mean (a*, b*) the hue is undefined
         (e.g. black-and-white photos): h* transects are refused and L*
@@ -347,6 +349,8 @@ def colour_transect(
     target_l = float(delta) if axis == "L" else 0.0
     target_h = float(delta) if axis == "h" else 0.0
     off_l, off_h = target_l, target_h
+    gain = {"L": 1.0, "h": 1.0}
+    prev: dict = {"L": None, "h": None}
     best = None
     for it in range(1, max_iter + 1):
         lab = lab0.copy()
@@ -367,11 +371,21 @@ def colour_transect(
         score = max(abs(main) / tolerance, abs(other) / other_tolerance)
         if best is None or score < best[0]:
             best = (score, new_px, l1, h1, was_out.mean(), clipped_l.mean(), it, off_l, off_h)
-        if abs(err_l) <= 0.05 and abs(err_h) <= 0.05:
+        if abs(main) <= 0.05 and abs(other) <= 0.25 * other_tolerance:
             break
-        # the applied offsets absorb the measured shortfall (gamut mapping, clipping, rounding)
-        off_l -= err_l
-        off_h -= err_h
+        # the applied offsets absorb the measured shortfall (gamut mapping, clipping, rounding); the other
+        # axis is only corrected when it drifts noticeably (on low-chroma skin, uint8 rounding couples L* and
+        # h*), and a step whose error changes sign is halved next time, which stops oscillation
+        for ax_name, err in (("L", err_l), ("h", err_h)):
+            if ax_name != axis and abs(err) <= 0.25 * other_tolerance:
+                continue
+            if prev[ax_name] is not None and np.sign(err) != np.sign(prev[ax_name]):
+                gain[ax_name] *= 0.5
+            prev[ax_name] = err
+            if ax_name == "L":
+                off_l -= gain["L"] * err
+            else:
+                off_h -= gain["h"] * err
     _, new_px, l1, h1, share_out, share_clip, it, off_l, off_h = best
     out = img.copy()
     out[m] = new_px
