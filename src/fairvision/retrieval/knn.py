@@ -189,7 +189,7 @@ def knn_search(
         gx, gq = codes[:n], codes[n:]
 
     # Catalog padded to a multiple of the chunk size; padded columns get an infinite distance.
-    chunk = int(max(16, min(512, np.sqrt(n))))
+    chunk = int(max(8, min(512, np.sqrt(n / (k + max(0, int(margin)))))))  # balances the two selection steps
     n_pad = -(-n // chunk) * chunk
     bias = np.full(n_pad, np.inf, dtype=np.float32)
     xnorm64 = None
@@ -205,12 +205,16 @@ def knn_search(
         xs = np.zeros((n_pad, d), dtype=np.float32)
         xs[:n] = x
         bias[:n] = np.einsum("ij,ij->i", x, x)
+    if metric == "cosine" or p == 2:
+        # fold the per-item term into the matrix product: [q', 1] . [x', bias] = q'.x' + bias
+        xs = np.concatenate([xs, bias[:, None]], axis=1)
 
     if block_size is None:
         per_q = n_pad * 4 if (metric == "cosine" or p == 2) else n_pad * 4 * max(1, d // 8)
         block_size = int(max(1, min(m, (64 << 20) // max(per_q, 1))))
     cand = min(n, k + max(0, int(margin)))
     nchunks = n_pad // chunk
+    buf = np.empty((block_size, n_pad), dtype=np.float32) if (metric == "cosine" or p == 2) else None
     out_q, out_r, out_i, out_d = [], [], [], []
     for start in range(0, m, block_size):
         stop = min(m, start + block_size)
@@ -218,12 +222,13 @@ def knn_search(
         b = stop - start
         # screening distances in float32, monotone in the true distance within a row
         if metric == "cosine" or p == 2:
+            qs = np.ones((b, d + 1), dtype=np.float32)
             if metric == "cosine":
-                qs = qb / -np.linalg.norm(qb, axis=1, keepdims=True)
+                qs[:, :d] = qb / -np.linalg.norm(qb, axis=1, keepdims=True)
             else:
-                qs = qb * np.float32(-2.0)
-            dist = qs @ xs.T  # (b, n_pad)
-            dist += bias[None, :]  # cosine: -cos; Euclidean: |x|^2 - 2 q.x (+|q|^2 is constant per row)
+                qs[:, :d] = qb * np.float32(-2.0)
+            # cosine: -cos; Euclidean: |x|^2 - 2 q.x (|q|^2 is constant within a row); padding: inf
+            dist = np.matmul(qs, xs.T, out=buf[:b])  # (b, n_pad), reused buffer: no page faults per block
         else:
             dist = np.full((b, n_pad), np.inf, dtype=np.float32)
             sub = max(1, (16 << 20) // max(1, n * d))
