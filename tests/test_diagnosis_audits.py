@@ -204,3 +204,22 @@ def test_stratified_test_holds_nominal_rate_when_cause_is_the_stratifier():
         before += r.disparity_before
         after += r.survives
     assert before >= 18 and after <= 3
+
+
+def test_subject_bootstrap_is_wider_than_image_bootstrap_for_clustered_scores():
+    rng = np.random.default_rng(4)
+    subj = np.repeat(np.arange(100), 5)
+    v = rng.normal(size=100)[subj] + rng.normal(scale=0.3, size=500)  # strong subject effect
+    g = np.zeros(500, int)
+    by_subject = group_mean_bootstrap(v, g, subj, n_boot=2000, seed=0)["se"].iloc[0]
+    by_image = group_mean_bootstrap(v, g, np.arange(500), n_boot=2000, seed=0)["se"].iloc[0]
+    # analytic: SE of the mean of 100 subject means vs 500 "independent" images
+    assert by_subject == pytest.approx(pd.Series(v).groupby(subj).mean().std(ddof=0) / 10, rel=0.1)
+    assert by_subject > 1.8 * by_image
+
+
+def test_error_model_permutation_ranking_and_categorical_dtypes(planted):
+    d = planted.assign(lighting=pd.Categorical(planted["lighting"]), occluded=planted["visible_keypoints"] < 4)
+    r = model_errors(d, "score", FEATURES + ["occluded"], importance="permutation", n_estimators=40, n_boot=200)
+    assert r.importance == "permutation" and r.importances.index[0] == "lighting"
+    assert r.importances.loc["occluded", "kind"] == "categorical"
