@@ -84,3 +84,12 @@ def test_other_start_methods_give_the_same_results(start_method):
     out = map_items(_square, range(10), workers=2, chunksize=2, start_method=start_method)
     assert [o.value for o in out if o.ok] == [x * x for x in range(10) if x != 7]
     assert not out[7].ok
+
+
+def _always_crash(x):
+    os._exit(1)
+
+
+def test_workers_that_never_finish_anything_stop_the_run():
+    with pytest.raises(FairvisionError, match="keep dying"):
+        map_items(_always_crash, range(40), workers=2, chunksize=1, max_in_flight=2)

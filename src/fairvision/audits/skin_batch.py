@@ -318,7 +318,10 @@ def _progress_reporter(progress, total: int):
         TextColumn("measuring skin colour"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
         console=Console(stderr=True), transient=True,
     )
-    bar.start()
+    try:
+        bar.start()
+    except Exception:  # rich.errors.LiveError: another live display (a status spinner) is active
+        return None, lambda: None
     task = bar.add_task("skin", total=total)
     return (lambda _: bar.advance(task)), bar.stop
 

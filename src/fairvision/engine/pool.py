@@ -109,11 +109,13 @@ def _context(start_method: str | None, preload: Sequence[str] = ()):
 
 
 def _threads_started() -> bool:
-    import sys
-    import threading
+    """Whether a face model (with native threads and locks) was built in this process.
 
-    if threading.active_count() > 1:
-        return True
+    Python helper threads (a progress bar's refresher) do not count: the forked
+    child simply does not have them and the workers never use their locks.
+    """
+    import sys
+
     for name in ("fairvision.vision.facemesh", "fairvision.vision.detect"):
         mod = sys.modules.get(name)
         if mod is not None and mod.models_built():
@@ -156,8 +158,8 @@ def imap(
     progress : callable, optional
         Called in this process with each outcome as it arrives.
     start_method : {"fork", "forkserver", "spawn"}, optional
-        Default: ``fork`` when this process has no helper threads and no
-        model built yet, otherwise ``forkserver``.
+        Default: ``fork`` when this process has built no face model (whose
+        native threads make forking unsafe), otherwise ``forkserver``.
     max_in_flight : int, optional
         Chunks submitted but not finished; default ``4 * workers``.
     preload : sequence of str
@@ -210,21 +212,30 @@ def imap(
             yield pending_out.pop(next_to_yield)
             next_to_yield += 1
 
+    fruitless = 0  # pools in a row that broke before finishing any chunk
     while next_chunk < len(chunks):
         pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx, initializer=initializer, initargs=initargs)
         in_flight: dict = {}
         broken = False
+        finished = 0
         try:
             while next_chunk < len(chunks) or in_flight:
                 while not broken and next_chunk < len(chunks) and len(in_flight) < limit:
-                    fut = pool.submit(_run_chunk, fn, chunks[next_chunk])
+                    try:
+                        fut = pool.submit(_run_chunk, fn, chunks[next_chunk])
+                    except BrokenProcessPool:
+                        broken = True
+                        break
                     in_flight[fut] = chunks[next_chunk]
                     next_chunk += 1
+                if not in_flight:
+                    break
                 done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
                 for fut in done:
                     chunk = in_flight.pop(fut)
                     try:
                         outcomes = fut.result()
+                        finished += 1
                     except BrokenProcessPool:
                         broken = True
                         outcomes = [
@@ -232,12 +243,20 @@ def imap(
                             for i, _ in chunk
                         ]
                     except Exception as exc:  # unpicklable result or argument
+                        finished += 1
                         outcomes = [Outcome(i, None, Failure(i, type(exc).__name__, _one_line(exc))) for i, _ in chunk]
                     yield from emit(outcomes)
                 if broken and not in_flight:
                     break
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        fruitless = fruitless + 1 if (broken and finished == 0) else 0
+        if fruitless >= 2 and next_chunk < len(chunks):
+            raise FairvisionError(
+                f"worker processes keep dying before finishing any work ({ctx.get_start_method()} start); "
+                "run with one worker to see the error (a script that starts workers needs an "
+                "'if __name__ == \"__main__\":' guard)"
+            )
 
 
 def map_items(fn: Callable[[Any], Any], items: Iterable[Any], **kw) -> list[Outcome]:
