@@ -131,3 +131,22 @@ def test_audit_retrieval_on_demo_photos(tmp_path):
     assert emb["images"] == 24 and emb["embedded"] + emb["no face / unreadable"] == 24
     res = pd.read_csv(out / "results.csv")
     assert (res["query_id"] != res["item_id"]).all()
+
+
+@pytest.mark.vision
+def test_audit_retrieval_measures_skin_tone(tmp_path):
+    pytest.importorskip("mediapipe")
+    pytest.importorskip("dlib")
+    out = tmp_path / "skin"
+    rc = main(["audit", "retrieval", "--embed-images", "demo", "--limit", "16", "--measure-skin", "-k", "3",
+               "--power-trials", "0", "--no-progress", "-o", str(out)])
+    assert rc == 0
+    skin = pd.read_csv(out / "skin.csv")
+    measured = skin.dropna(subset=["ita"])
+    assert len(measured) >= 8
+    # ST classes follow the ITA thresholds of Khaziev et al.'s Table 3 (-30, 10, 28, 41, 55)
+    edges = np.array([-30, 10, 28, 41, 55])
+    expected = ["ST%d" % (1 + int(np.searchsorted(edges, v, side="left"))) for v in measured["ita"]]
+    assert measured["st_class"].tolist() == expected
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["meta"]["attribute"] == "st_class"

@@ -6,15 +6,19 @@ that for any embedding matrix and returns the ``(query_id, rank, item_id)``
 results table that :func:`fairvision.stats.parity.parity_test` reads.
 
 The search is blockwise and vectorised: for a block of queries it computes the
-distances to the whole catalog with one matrix product (Euclidean via
-``|q|^2 + |x|^2 - 2 q.x``, cosine via normalised dot products) or with array
-broadcasting (other Minkowski p), masks the excluded items, keeps
-``k + margin`` candidates per query with :func:`numpy.argpartition`, then
-recomputes the candidates' distances exactly in float64 and orders them by
-(distance, catalog position). The float32 screening is therefore only a
-filter: the reported neighbours and distances equal an exact float64 brute-force
-search unless more than ``margin`` items lie within float32 rounding of the
-K-th distance.
+screening distances to the whole catalog with one float32 matrix product
+(Euclidean via ``|x|^2 - 2 q.x``, the item term folded into the product;
+cosine via normalised dot products) or with array broadcasting (other
+Minkowski p), masks the excluded items, and keeps ``k + margin`` candidates
+per query: the row is cut into chunks, the chunks with the smallest minima are
+picked with :func:`numpy.argpartition` (the ``c`` smallest values of a row
+always lie in the ``c`` chunks with the smallest minima) and the candidates
+among them with a second :func:`numpy.argpartition`. The candidates'
+distances are then recomputed exactly in float64 and ordered by (distance,
+catalog position). The float32 screening is therefore only a filter: the
+reported neighbours and distances equal an exact float64 brute-force search
+unless more than ``margin`` items lie within float32 rounding of the K-th
+distance.
 
 Exclusions: the query itself (an item with the query's id), and optionally
 every item sharing the query's group (e.g. the same product photographed from
