@@ -13,7 +13,7 @@ from fairvision.metrics import (
     rle_decode, rle_encode, tar_at_far, tar_at_far_by_group,
 )
 from fairvision.metrics.keypoints import box_size, head_length
-from fairvision.stats.disparity import overall_disparity, recall_matrix
+from fairvision.stats.multiclass import overall_disparity, recall_matrix
 
 
 def test_box_iou_hand_worked():
@@ -256,7 +256,7 @@ def test_polygon_matches_matplotlib_point_in_polygon():
 
 
 def test_od_bootstrap_matches_explicit_resampling():
-    from fairvision.stats.disparity import overall_disparity_ci
+    from fairvision.stats.multiclass import overall_disparity_ci
     from fairvision.stats.resample import cluster_bootstrap_weights
 
     rng = np.random.default_rng(10)

@@ -492,7 +492,7 @@ def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, u
 
 
 def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects, n_boot, level, seed, source):
-    from fairvision.stats.disparity import overall_disparity_ci
+    from fairvision.stats.multiclass import overall_disparity_ci
 
     for col, role in ((true_col, "true class"), (pred_col, "predicted class")):
         if col is None:

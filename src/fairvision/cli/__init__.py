@@ -72,9 +72,14 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turning user errors into one line and exit status 2."""
+    """Entry point: run the CLI and return its exit status.
+
+    User errors (:class:`FairvisionError`) become one line on stderr and exit
+    status 2; usage errors print click's message and exit 2; a command that
+    raises ``typer.Exit(code)`` (e.g. a ``--fail-if`` gate) returns ``code``.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)
     except FairvisionError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 2
@@ -86,14 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("error: interrupted; nothing was overwritten", err=True)
         return 130
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
+    except Exception as exc:
+        # click's usage errors (bad option, missing argument): typer vendors click, so match by duck type
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return exc.exit_code
         raise
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -63,11 +63,9 @@ def audit_model_cmd(
     failed = [c for c in evaluated if c["holds"]]
     if failed:
         msg = "; ".join(f"{c['condition']} (value {c['value']:.4g})" for c in failed)
-        # One line on stderr, then exit status 1 (2 is for user errors). SystemExit rather than
-        # typer.Exit: fairvision.cli.main() runs typer with standalone_mode=False and drops the exit
-        # code that typer.Exit carries, so the status would be lost.
+        # one line on stderr, then exit status 1 (2 is for user errors)
         typer.echo(f"fail-if: condition met: {msg}", err=True)
-        raise SystemExit(1)
+        raise typer.Exit(1)
 
 
 def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_col=None, lower_is_better=(), max_k=1,

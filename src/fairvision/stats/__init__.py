@@ -32,10 +32,23 @@ _EXPORTS = {
     # model audit (issue: Model audit)
     "pairwise_mannwhitney": "pairwise",
     "disparity": "pairwise",
-    "overall_disparity": "disparity",
-    "intraclass_disparity": "disparity",
-    "recall_matrix": "disparity",
+    "overall_disparity": "multiclass",
+    "intraclass_disparity": "multiclass",
+    "recall_matrix": "multiclass",
     "elo": "elo",
+    "compare_elo_groups": "elo",
+    "overall_disparity_ci": "multiclass",
+    "top_pair": "pairwise",
+    "u_statistics": "pairwise",
+    # diagnosis (issue: Bias diagnosis)
+    "fpgrowth": "fpgrowth",
+    "association_rules": "fpgrowth",
+    "frequent_itemsets_bruteforce": "fpgrowth",
+    "association_rules_bruteforce": "fpgrowth",
+    "van_elteren": "stratified",
+    "cochran_mantel_haenszel": "stratified",
+    "cmh_from_samples": "stratified",
+    "mcnemar": "stratified",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,8 +8,6 @@ Bias-transfer paper (bias-transfer-fer-metrics.txt; METHODS.md section 7):
 
 from __future__ import annotations
 
-import sys
-import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,23 +177,3 @@ def overall_disparity_ci(y_true, y_pred, groups, *, subjects=None, n_boot: int =
     reps = np.nanmean(_id_array(_recall_from_counts(hits, totals)), axis=1) if C else np.full(n_boot, np.nan)
     lo, hi = percentile_ci(reps, level)
     return ODResult(od, float(lo), float(hi), float(np.nanstd(reps, ddof=1)), ids, recall, n_boot, level)
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as the FHIBE ``disparity`` function.
-
-    ``fairvision.stats`` exports the function ``disparity`` (from
-    :mod:`fairvision.stats.pairwise`), but importing this submodule makes
-    Python set the package attribute ``fairvision.stats.disparity`` to the
-    module, whichever was looked up first. Calling the module delegates to the
-    function, so ``fairvision.stats.disparity(med_worst, med_best)`` works in
-    either order.
-    """
-
-    def __call__(self, med_worst, med_best, *, higher_is_better: bool = True):
-        from fairvision.stats.pairwise import disparity
-
-        return disparity(med_worst, med_best, higher_is_better=higher_is_better)
-
-
-sys.modules[__name__].__class__ = _CallableModule
