@@ -21,15 +21,15 @@ def console():
 
 @contextlib.contextmanager
 def status(message: str) -> Iterator:
-    """A spinner with a changing message on stderr (silent when stderr is not a terminal)."""
+    """Step messages on stderr (only on a terminal). Plain lines, not a live
+    display, so that progress bars of the steps themselves can show."""
     from rich.console import Console
 
     con = Console(stderr=True)
     if not con.is_terminal:
         yield lambda msg: None
         return
-    with con.status(message) as st:
-        yield lambda msg: st.update(f"{message}: {msg}")
+    yield lambda msg: con.print(f"[dim]{message}: {msg}…[/dim]")
 
 
 def check_outdir(outdir: Path) -> Path:

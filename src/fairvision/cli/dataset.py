@@ -104,7 +104,8 @@ def run_dataset_audit(
         validate_sample_table(df, source=source, check_images=True)
     sections = []
     if measure_skin:
-        df, skin_sections = _measure_skin(df, source, schema, attributes, skin_method, workers, say)
+        df, skin_attrs, skin_sections = _measure_skin(df, source, schema, list(attributes), skin_method, workers, say)
+        attributes = list(attributes) + skin_attrs
         sections += skin_sections
     audit = audit_dataset(
         df, attributes, schema=schema, target=target, subject_col=subject_col, max_k=max_k,
@@ -125,11 +126,42 @@ def run_dataset_audit(
     return paths, audit
 
 
-def _measure_skin(df, source, schema, attributes, method, workers, say):
-    """Measure skin colour per image and add the skin-colour categories as attributes."""
-    from fairvision.skin_integration import measure_and_join
+SKIN_ATTRIBUTES = ("skin_tone", "skin_hue")
 
-    return measure_and_join(df, source, schema, attributes, method, workers, say)
+
+def _measure_skin(df, source, schema, attributes, method, workers, say):
+    """Measure skin colour per image, join the categories as attributes, and build the skin sections.
+
+    Returns the joined table, the extra attribute names and the report sections
+    (skin colour distribution by the first attribute; coverage of the skin
+    measurement by group).
+    """
+    import pandas as pd
+
+    from fairvision.audits.coverage import coverage_by_group
+    from fairvision.audits.skin import skin_distribution
+    from fairvision.audits.skin_batch import measure_images
+    from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+    from fairvision.report.sections.coverage import coverage_section
+    from fairvision.report.sections.skin import skin_section
+    from fairvision.schema import Attribute
+
+    if IMAGE_PATH not in df.columns:
+        raise FairvisionError(f"{source}: --measure-skin needs an image_path column")
+    say("measuring skin colour")
+    measured = measure_images(df[[SAMPLE_ID, IMAGE_PATH]], method=method, workers=workers, progress=True)
+    keep = [c for c in measured.columns if c not in (IMAGE_PATH,) and c not in df.columns or c == SAMPLE_ID]
+    joined = df.merge(measured[keep], on=SAMPLE_ID, how="left", validate="one_to_one")
+    joined.attrs = dict(df.attrs)
+    extra = []
+    for col in SKIN_ATTRIBUTES:
+        cats = list(joined[col].cat.categories) if isinstance(joined[col].dtype, pd.CategoricalDtype) else None
+        schema.add(Attribute(col, categories=cats, ordered=True, missing="keep"))
+        extra.append(col)
+    dist = skin_distribution(joined, by=attributes[0], name=Path(source).name, subject=None)
+    cov = coverage_by_group(joined, joined["ok"].fillna(False).astype(bool).to_numpy(), attributes, schema=schema,
+                            step="skin measurement (face found, enough skin pixels)")
+    return joined, extra, [skin_section(dist), coverage_section(cov, id="skin-coverage")]
 
 
 def _thumbnails_section(df, audit, schema, per_group: int = 6, size: int = 72):
