@@ -229,3 +229,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message, few, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_overlay_clusters_reproduce_the_estimator_assignment(portraits):
+    """The overlay's per-pixel clusters (nearest final centre) give the estimator's own cluster sizes."""
+    from fairvision.audits.skin_batch import _cluster_labels
+    from fairvision.skin.masks import skin_mask
+    from fairvision.skin.measure import measure
+
+    for path in portraits.image_path[:3]:
+        img = read_image(path)
+        mask = skin_mask(img).mask
+        meas = measure(img, mask=mask, method="thong")
+        labels = _cluster_labels(img, mask, meas.extra)
+        assert np.bincount(labels, minlength=5).tolist() == list(meas.extra["cluster_sizes"])

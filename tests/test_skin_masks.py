@@ -239,3 +239,23 @@ def test_largest_face_selection(portraits):
     img, r = multi
     one = skin_mask(img, faces="largest")
     assert one.n_faces == 1 and one.n_pixels < r.n_pixels
+
+
+@pytest.mark.vision
+def test_big_images_are_downscaled_for_the_mesh_and_landmarks_scaled_back(portraits):
+    from fairvision.vision.facemesh import face_landmarks
+
+    img = portraits[0]
+    big = cv2.resize(img, (img.shape[1] * 3, img.shape[0] * 3), interpolation=cv2.INTER_CUBIC)
+    small_pts = face_landmarks(img)[0]
+    big_pts = face_landmarks(big, max_side=img.shape[0])[0]  # meshed at the original size
+    assert np.abs(big_pts / 3 - small_pts).max() < 3.0
+    res = skin_mask(big)
+    assert res.ok and res.mask.shape == big.shape[:2]
+    assert res.n_pixels == pytest.approx(9 * skin_mask(img).n_pixels, rel=0.1)
+
+
+def test_read_image_max_side(tmp_path):
+    Image.fromarray(np.full((300, 600, 3), 40, np.uint8)).save(tmp_path / "w.png")
+    out = read_image(tmp_path / "w.png", max_side=150)
+    assert out.shape == (75, 150, 3) and (out == 40).all()
