@@ -75,7 +75,6 @@ class RetrievalAudit:
         """One row per test (``omnibus`` then each value): the test results and, when computed,
         the power to detect RR = 0.8 / 1.25 with this catalog and ``large_enough``."""
         df = self.parity.to_frame()
-        df.insert(0, "catalog_share", pd.Series(self.p_z).reindex(df.index))
         if self.adequacy is not None:
             adq = self.adequacy.table[["power_rr_0.8", "power_rr_1.25", "large_enough", "n_needed"]]
             df = df.join(adq, how="left")

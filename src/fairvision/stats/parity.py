@@ -439,7 +439,7 @@ def contrast_tests(
         ``dof``, ``p_value`` (exact when ``method`` is ``fisher``),
         ``p_asymptotic``, ``method``, ``min_expected``, ``p_adj``, ``reject``
         (p_adj < alpha), ``rr``, ``rr_low``, ``rr_high``, ``nrr``, ``fair_80``
-        (nRR >= 0.8), ``too_small``.
+        (nRR >= 0.8; missing when RR is undefined, e.g. no queries), ``too_small``.
     """
     values = [c for c in table.columns]
     body = table.loc[values, values].to_numpy(dtype=np.int64)
@@ -472,7 +472,8 @@ def contrast_tests(
     out["rr_low"] = lo
     out["rr_high"] = hi
     out["nrr"] = normalized_rr(rr)
-    out["fair_80"] = out["nrr"].to_numpy(dtype=float) >= FAIR_NRR
+    nrr = out["nrr"].to_numpy(dtype=float)
+    out["fair_80"] = pd.array([None if np.isnan(x) else bool(x >= FAIR_NRR) for x in nrr], dtype="boolean")  # NA: not judged
     out["too_small"] = (np.nan_to_num(nq, nan=np.inf) < min_queries) | (out["min_expected"].to_numpy(dtype=float) < 5) | (n1 == 0)
     return out
 

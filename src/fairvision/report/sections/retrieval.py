@@ -95,7 +95,7 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
         f"omnibus chi2({om.dof})": om.statistic,
         "omnibus p": om.p_value,
         "bias detected": bool(om.p_value < par.alpha),
-        "values failing 80% rule": int((~par.contrasts["fair_80"]).sum()),
+        "values failing 80% rule": int((~par.contrasts["fair_80"].fillna(True).astype(bool)).sum()),
     })
     if om.p_value < par.alpha:
         sec.note(f"The omnibus test rejects distribution parity (chi2({om.dof}) = {om.statistic:.4g}, "
