@@ -210,3 +210,17 @@ def test_parity_test_bad_input_names_row_or_column():
 def test_contingency_counts():
     t = contingency(["x", "x", "y"], ["x", "y", "y"], ["x", "y", "y", "y"], ["x", "y"])
     assert t.to_numpy().tolist() == [[1, 1], [0, 1], [1, 3]]
+
+
+def test_value_without_queries_is_not_judged():
+    items = pd.DataFrame({"item_id": list("abcdefgh"),
+                          "tone": pd.Categorical(list("xxxyyyxy"), categories=["x", "y", "z"])})
+    res = pd.DataFrame({"query_id": list("abcdefgh"), "rank": [1] * 8, "item_id": list("bcadefhg")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallExpectedCountWarning)
+        out = parity_test(res, items, "tone", k=1)
+    assert list(out.table.index) == ["x", "y", "z", "catalog"]
+    assert out.omnibus.dof == 2  # the empty z row and column are dropped
+    assert pd.isna(out.contrasts.loc["z", "fair_80"]) and np.isnan(out.contrasts.loc["z", "rr"])
+    assert out.contrasts.loc["x", "rr"] == pytest.approx((3 / 4) / (4 / 8))
+    assert out.omnibus.method == "monte-carlo"
