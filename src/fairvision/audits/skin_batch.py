@@ -65,17 +65,17 @@ def _as_table(source) -> pd.DataFrame:
     elif isinstance(source, (str, os.PathLike)):
         p = Path(source)
         if p.is_dir():
-            df = from_folder(p)
+            df = from_folder(p.resolve())
         elif p.suffix.lower() in IMAGE_SUFFIXES:
             if not p.is_file():
                 raise InputFileError(f"{p}: no such image file")
-            df = pd.DataFrame({SAMPLE_ID: [p.stem], IMAGE_PATH: [str(p)]})
+            df = pd.DataFrame({SAMPLE_ID: [p.stem], IMAGE_PATH: [str(p.resolve())]})
         else:
             df = read_table(p)
             if IMAGE_PATH not in df.columns:
                 raise ColumnError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
     else:
-        paths = [str(x) for x in source]
+        paths = [os.path.abspath(str(x)) for x in source]
         if not paths:
             raise FairvisionError("no images given")
         stems = [Path(x).stem for x in paths]
@@ -287,6 +287,7 @@ def _measure_one(task: dict) -> dict:
         flags = ["no_face"] if mres.reason == "no face found" else ["too_few_pixels"]
         rec.update(reason=mres.reason, n_pixels=mres.n_pixels, flags=";".join(flags))
     rec.update(mres.to_dict())
+    rec.pop("mask_reason", None)  # already in "reason" when there is no mask
     rec["mask_method"] = mres.method
     rec["trust"] = mres.trust
     rec.pop("method", None)
