@@ -114,6 +114,14 @@ def test_published_compat_mode():
     assert g.hue < 0 and abs(ours.hue - hue_of(-6, 20)) < 1.0
 
 
+def test_published_lab_is_scikit_image_rgb2lab():
+    skc = pytest.importorskip("skimage.color")
+    from fairvision.skin.estimators import published_lab
+
+    px = np.random.default_rng(0).integers(0, 256, (5000, 3)).astype(np.uint8)
+    np.testing.assert_allclose(published_lab(px / 255.0), skc.rgb2lab(px[None] / 255.0)[0], atol=1e-10)
+
+
 def test_gray_mean_and_median_ita_match_brute_force():
     colour = pytest.importorskip("colour")
     img = render(52.0, 11.0, 19.0, seed=5)

@@ -10,8 +10,9 @@ Methods
 ``thong``
     Thong et al. (ICCV 2023; METHODS.md section 2), made deterministic:
     K-Means (k = 5) on per-pixel (L*, h*) with quantile seeding and a
-    vectorised Lloyd's algorithm (coarse-to-fine: converged on a strided
-    subsample, then refined on all pixels until no assignment changes); for
+    vectorised Lloyd's algorithm (coarse-to-fine: converged on strided
+    subsamples of growing size, then on all pixels, stopping with
+    scikit-learn's tolerance rule); for
     each cluster the mode of a Sturges-rule histogram (bin centre); keep the
     3 clusters with the highest L* mode; pixel-count-weighted mean of their
     modes. Hue is clustered and averaged as a signed angle in (-180, 180]
@@ -25,9 +26,11 @@ Methods
     arctan(b*/a*) (a* < 0 gives negative angles), the histogram mode at the
     LEFT bin edge, and Gaussian smoothing of the whole image (background
     included) before the mask is applied. Kept for comparison with published
-    numbers; its answer depends on the seed. CIELAB is fairvision's
-    (IEC 61966-2-1 matrix), not scikit-image's, a difference of at most 0.03
-    in a*, b*.
+    numbers; its answer depends on the seed. Smoothing runs in float64 and
+    CIELAB follows scikit-image's ``rgb2lab`` constants (:func:`published_lab`),
+    so the published numbers are reproduced exactly (METHODS.md section 2:
+    60.3 / 28.0 with ``n_init=1`` and 58.1 / 62.3 with ``n_init=10`` on the
+    reference sample).
 ``mean``
     Mean L*, a*, b* of the skin pixels (BiasPainter-style mean colour).
 ``median_ita``
@@ -60,6 +63,7 @@ __all__ = [
     "median_ita",
     "gray_mean",
     "estimate",
+    "published_lab",
 ]
 
 METHODS = ("thong", "thong-published", "mean", "median_ita", "gray_mean")
@@ -250,7 +254,7 @@ def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
             _chroma(lab).astype(np.float64))
 
 
-def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 8000, details: bool = True,
+def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
           init_centers: np.ndarray | None = None, features: tuple | None = None) -> dict:
     """Deterministic Thong et al. estimator (METHODS.md section 2) on CIELAB pixels.
 
@@ -261,9 +265,11 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 800
     k, top : int
         Number of clusters (5) and of kept clusters with the highest L* mode (3).
     coarse : int
-        Size of the strided subsample on which Lloyd's algorithm first
-        converges before it is refined on all pixels (speed only; the answer
-        is a fixed point of Lloyd's algorithm on all pixels).
+        Size of the first strided subsample: Lloyd's algorithm converges on
+        ``coarse``, ``4 coarse``, ``16 coarse`` ... pixels (each level starting
+        from the previous centres, the first from the quantile seeds) and
+        finally on all pixels (speed only; the answer is Lloyd's algorithm
+        converged on all pixels).
     init_centers : (k, 2) array, optional
         Start Lloyd's algorithm from these (L*, signed h*) centres instead of
         the quantile seeds (used for the bootstrap replicates of the
@@ -282,14 +288,17 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 800
     if n < k:
         raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
     X = np.column_stack([L, h])
-    step = max(1, n // coarse)
     if init_centers is not None:
         centers = np.asarray(init_centers, dtype=np.float64)
-    elif step > 1:
-        sub = X[::step]
-        _, centers, _ = kmeans_lloyd(sub, quantile_seeds(sub, k))
-    else:
-        centers = quantile_seeds(X, k)
+    else:  # coarse to fine: converge on strided subsamples of coarse, 4 coarse, 16 coarse ... pixels, then on all
+        centers = None
+        size = int(coarse)
+        while 2 * size < n:
+            sub = X[:: max(1, n // size)]
+            _, centers, _ = kmeans_lloyd(sub, quantile_seeds(sub, k) if centers is None else centers)
+            size *= 4
+        if centers is None:
+            centers = quantile_seeds(X, k)
     labels, centers, n_iter = kmeans_lloyd(X, centers)
     counts, modes = cluster_histogram_modes(labels, [L, h, C], k)
     est, spread, kept = _combine_top(counts, modes, top)
@@ -331,6 +340,26 @@ def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, random_state: 
                   kept_clusters=kept.tolist(), random_state=random_state, n_init=n_init)
     out["hue"] = float(est[1])
     return out
+
+
+_SK_XYZ_FROM_RGB = np.array([[0.412453, 0.357580, 0.180423], [0.212671, 0.715160, 0.072169], [0.019334, 0.119193, 0.950227]])
+_SK_WHITE = np.array([0.95047, 1.0, 1.08883])
+
+
+def published_lab(rgb01: np.ndarray) -> np.ndarray:
+    """CIELAB exactly as scikit-image's ``rgb2lab`` computes it (what the published Thong code uses).
+
+    scikit-image uses its own unrounded sRGB matrix, the white (0.95047, 1,
+    1.08883) and the rounded CIE constants 0.008856 / 7.787; the results
+    differ from :func:`fairvision.skin.srgb_to_lab` by up to ~0.03. Only the
+    ``thong-published`` compatibility mode uses this, so that it reproduces
+    published numbers to the last digit.
+    """
+    c = np.asarray(rgb01, dtype=np.float64)
+    lin = np.where(c > 0.04045, ((c + 0.055) / 1.055) ** 2.4, c / 12.92)
+    t = (lin @ _SK_XYZ_FROM_RGB.T) / _SK_WHITE
+    f = np.where(t > 0.008856, np.cbrt(t), 7.787 * t + 16.0 / 116.0)
+    return np.stack([116.0 * f[..., 1] - 16.0, 500.0 * (f[..., 0] - f[..., 1]), 200.0 * (f[..., 1] - f[..., 2])], axis=-1)
 
 
 def mean(lab: np.ndarray) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 
 from fairvision.errors import FairvisionError, InputFileError
 from fairvision.skin.colour import gray_level, hue_angle, srgb_to_lab
-from fairvision.skin.estimators import METHODS, estimate
+from fairvision.skin.estimators import METHODS, estimate, published_lab
 
 __all__ = ["SkinMeasurement", "measure", "measure_pixels", "smooth_skin_pixels", "load_mask", "DEFAULTS"]
 
@@ -241,7 +241,8 @@ def measure_pixels(rgb_pixels, method: str = "thong", **kw) -> SkinMeasurement:
     if px.ndim != 2 or px.shape[1] != 3:
         raise FairvisionError(f"skin pixels must have shape (N, 3), got {px.shape}")
     rgb01 = _rgb01(px, "skin pixels")
-    return _from_lab(srgb_to_lab(rgb01), rgb01, method, flags=[], opts=opts)
+    lab = published_lab(rgb01) if method == "thong-published" else srgb_to_lab(rgb01)
+    return _from_lab(lab, rgb01, method, flags=[], opts=opts)
 
 
 def smooth_skin_pixels(image01: np.ndarray, mask: np.ndarray, sigma: float = 1.0, *, within_mask: bool = True) -> np.ndarray:
@@ -275,7 +276,9 @@ def smooth_skin_pixels(image01: np.ndarray, mask: np.ndarray, sigma: float = 1.0
     r = int(np.ceil(4.0 * sigma)) + 1
     y0, y1 = max(rows[0] - r, 0), min(rows[-1] + r + 1, mask.shape[0])
     x0, x1 = max(cols[0] - r, 0), min(cols[-1] + r + 1, mask.shape[1])
-    crop = np.ascontiguousarray(image01[y0:y1, x0:x1], dtype=np.float32)
+    crop = np.ascontiguousarray(image01[y0:y1, x0:x1])
+    if crop.dtype != np.float64:
+        crop = crop.astype(np.float32)
     m = mask[y0:y1, x0:x1]
     if not within_mask:
         return gaussian_filter(crop, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)[m]
@@ -405,10 +408,17 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
     cols = np.flatnonzero(m.any(axis=0))
     y0, y1 = max(rows[0] - 6, 0), min(rows[-1] + 7, m.shape[0])
     x0, x1 = max(cols[0] - 6, 0), min(cols[-1] + 7, m.shape[1])
-    img01 = _rgb01(img[y0:y1, x0:x1], where)
+    crop = img[y0:y1, x0:x1]
+    if method == "thong-published" and crop.dtype == np.uint8:
+        img01 = crop / 255.0  # float64, as scikit-image's img_as_float
+    else:
+        img01 = _rgb01(crop, where)
     m = m[y0:y1, x0:x1]
     raw = img01[m]
     if smooth is None:
         smooth = method.startswith("thong")
+    if method == "thong-published":  # the published pipeline: float64 smoothing of the image, scikit-image's CIELAB
+        px = smooth_skin_pixels(img01.astype(np.float64, copy=False), m, within_mask=False) if smooth else raw
+        return _from_lab(published_lab(px), raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
     px = smooth_skin_pixels(img01, m, within_mask=(method == "thong")) if smooth else raw
     return _from_lab(srgb_to_lab(px), raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
