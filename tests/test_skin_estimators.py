@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fairvision.errors import FairvisionError
-from fairvision.skin import lab_to_srgb, measure, measure_pixels, srgb_to_lab
+from fairvision.skin import lab_to_srgb, measure, measure_pixels
 from fairvision.skin.colour import ita as ita_fn
 from fairvision.skin.colour import linear_to_srgb, srgb_to_linear
 from fairvision.skin.estimators import cluster_histogram_modes, histogram_mode, kmeans_lloyd, sturges_bins
