@@ -121,7 +121,7 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
     table = par.table
     shares = table.div(table.sum(axis=1).replace(0, np.nan), axis=0)
     sec.figure("contingency", plots.heatmap(shares, title=f"Share of each result value per query value (top-{par.k})",
-                                            fmt="{:.2f}", cmap="Blues", vmin=0, vmax=1, cbar_label="row share"),
+                                            fmt="{:.2f}", vmin=0, vmax=1, cbar_label="row share"),
                caption="Contingency table as row shares; the last row is the catalog. Parity means every row looks like the catalog row.",
                data={"counts": table.to_numpy().tolist(), "rows": [str(i) for i in table.index], "columns": [str(c) for c in table.columns]})
     sec.table("contingency_counts", table.reset_index().rename(columns={"query": "query value"}).set_index("query value"),
