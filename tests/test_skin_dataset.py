@@ -119,3 +119,19 @@ def test_report_section_writes(tmp_path):
     html = paths["html"].read_text()
     assert "Skin tone x skin hue" in html and "<svg" in html and "<img" not in html
     assert (tmp_path / "out" / "tables" / "skin-colour__table1.parquet").exists()
+
+
+@pytest.mark.vision
+def test_fairface_sample_end_to_end_by_gender():
+    pytest.importorskip("mediapipe")
+    from fairvision.datasets import load_demo
+    from fairvision.skin import add_categories, measure
+
+    demo = load_demo()
+    sample = demo.groupby("gender", observed=True).head(8).reset_index(drop=True)  # 16 images, both genders
+    rows = pd.DataFrame([measure(p, method="thong").to_dict() for p in sample.image_path])
+    table = add_categories(pd.concat([sample, rows], axis=1))
+    d = skin_distribution(table, by="gender", min_group=5)
+    assert d.n_measured >= 12  # the automatic mask finds most faces in 320 x 320 FairFace crops
+    assert d.by_group.loc[(slice(None), "light-red"), "n_group"].sum() == d.n_measured
+    assert table.loc[table.ok, "monk_tone"].notna().all()
