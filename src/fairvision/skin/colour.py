@@ -136,16 +136,16 @@ def srgb_to_xyz(rgb, *, dtype=np.float32) -> np.ndarray:
     return lin @ RGB_TO_XYZ.T.astype(dtype)
 
 
+_F_TO_LAB = np.array([[0.0, 500.0, 0.0], [116.0, -500.0, 200.0], [0.0, 0.0, -200.0]])  # (fx, fy, fz) -> (L*, a*, b*)
+_LAB_OFFSET = np.array([-16.0, 0.0, 0.0])
+
+
 def _linear_to_lab(lin: np.ndarray, dtype) -> np.ndarray:
     """Linear RGB -> CIELAB; XYZ and f(t) in float64 (a* = 500 (fx - fy) amplifies
     float32 rounding to ~1e-4), result cast to ``dtype``."""
     m = (RGB_TO_XYZ / D65_WHITE[:, None]).T  # scale rows by the white: t = XYZ / white
     f = _f(lin.astype(np.float64) @ m)
-    out = np.empty(f.shape, dtype=dtype)
-    out[..., 0] = 116.0 * f[..., 1] - 16.0
-    out[..., 1] = 500.0 * (f[..., 0] - f[..., 1])
-    out[..., 2] = 200.0 * (f[..., 1] - f[..., 2])
-    return out
+    return (f @ _F_TO_LAB + _LAB_OFFSET).astype(dtype, copy=False)
 
 
 def _f(t: np.ndarray) -> np.ndarray:

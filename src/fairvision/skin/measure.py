@@ -181,8 +181,10 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
              or stab.get("gray_sd", 0) > opts["max_gray_sd"] or stab.get("ita_sd", 0) > opts["max_ita_sd"])
     if shaky:
         flags.append("low_stability")
-    hi = (raw_rgb01 >= 254.0 / 255.0).any(axis=1).mean()
-    lo = (raw_rgb01 <= 2.0 / 255.0).all(axis=1).mean()
+    r, g, b = raw_rgb01[:, 0], raw_rgb01[:, 1], raw_rgb01[:, 2]
+    brightest = np.maximum(np.maximum(r, g), b)
+    hi = float(np.count_nonzero(brightest >= 254.0 / 255.0)) / n  # any channel near saturation
+    lo = float(np.count_nonzero(brightest <= 2.0 / 255.0)) / n  # every channel near black
     if hi > opts["clip_fraction"]:
         flags.append("clipped_highlights")
     if lo > opts["clip_fraction"]:
