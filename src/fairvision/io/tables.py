@@ -107,6 +107,16 @@ def _read_raw(path: Path, fmt: str) -> pd.DataFrame:
     raise InputFileError(f"{path}: unknown table format {fmt!r}")
 
 
+def read_raw_table(path: str | os.PathLike, *, fmt: str | None = None) -> pd.DataFrame:
+    """Read any supported table file as is (no key-column normalisation), with one-line errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(f"{path}: no such file")
+    df = _read_raw(path, _detect_format(path, fmt))
+    df.columns = [str(c) for c in df.columns]
+    return df
+
+
 def read_table(
     path: str | os.PathLike,
     *,

@@ -153,9 +153,9 @@ def read_results(
                     raise InputFileError(f"{path}: expected a mapping query -> ranked item list, or a list of records")
                 df = pd.DataFrame.from_records(data)
         else:
-            from fairvision.io.tables import _detect_format, _read_raw
+            from fairvision.io.tables import read_raw_table
 
-            df = _read_raw(path, _detect_format(path, None))
+            df = read_raw_table(path)
     if len(df) == 0:
         raise InputFileError(f"{name}: no results")
     df.columns = [str(c) for c in df.columns]
@@ -293,9 +293,9 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
             if len(ids) != len(x):
                 raise InputFileError(f"{path}: {len(ids)} ids for {len(x)} embeddings")
         else:
-            from fairvision.io.tables import _detect_format, _read_raw
+            from fairvision.io.tables import read_raw_table
 
-            x, ids = _embeddings_from_frame(_read_raw(path, _detect_format(path, None)), label, id_col, column)
+            x, ids = _embeddings_from_frame(read_raw_table(path), label, id_col, column)
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
         raise InputFileError(f"{label}: expected a non-empty 2-D array (items x dimensions), got shape {x.shape}")

@@ -40,6 +40,16 @@ _EXPORTS = {
     "overall_disparity_ci": "multiclass",
     "top_pair": "pairwise",
     "u_statistics": "pairwise",
+    # retrieval parity and power (issue: Retrieval audit)
+    "parity_test": "parity",
+    "contrast_tests": "parity",
+    "chi2_test": "parity",
+    "risk_ratio": "parity",
+    "normalized_rr": "parity",
+    "power_grid": "power",
+    "detectable_nrr": "power",
+    "detectable_curve": "power",
+    "catalog_adequacy": "power",
     # diagnosis (issue: Bias diagnosis)
     "fpgrowth": "fpgrowth",
     "association_rules": "fpgrowth",
