@@ -93,3 +93,15 @@ def _always_crash(x):
 def test_workers_that_never_finish_anything_stop_the_run():
     with pytest.raises(FairvisionError, match="keep dying"):
         map_items(_always_crash, range(40), workers=2, chunksize=1, max_in_flight=2)
+
+
+def _blas_threads(_):
+    from threadpoolctl import threadpool_info
+
+    return sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+
+
+def test_workers_are_single_threaded_by_default():
+    pytest.importorskip("threadpoolctl")
+    out = map_items(_blas_threads, range(4), workers=2, chunksize=1)
+    assert all(o.value == [1] for o in out)

@@ -6,6 +6,6 @@ callback, per-item failures captured as :class:`Failure` values, and a worker
 initialiser that builds a model once per process.
 """
 
-from fairvision.engine.pool import Failure, Outcome, default_workers, imap, map_items
+from fairvision.engine.pool import Failure, Outcome, default_workers, imap, limit_threads, map_items
 
-__all__ = ["Failure", "Outcome", "default_workers", "imap", "map_items"]
+__all__ = ["Failure", "Outcome", "default_workers", "imap", "limit_threads", "map_items"]
