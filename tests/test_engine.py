@@ -96,6 +96,7 @@ def test_workers_that_never_finish_anything_stop_the_run():
 
 
 def _blas_threads(_):
+    import numpy  # noqa: F401  (loads OpenBLAS if the worker has not yet)
     from threadpoolctl import threadpool_info
 
     return sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
@@ -104,4 +105,4 @@ def _blas_threads(_):
 def test_workers_are_single_threaded_by_default():
     pytest.importorskip("threadpoolctl")
     out = map_items(_blas_threads, range(4), workers=2, chunksize=1)
-    assert all(o.value == [1] for o in out)
+    assert all(o.value == [1] for o in out), [o.value for o in out]
