@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -190,6 +191,15 @@ def _preload(params: dict) -> None:
         _mp_face_mesh()
     if params["mask_method"] in ("dlib", "auto", "mediapipe"):
         import dlib  # noqa: F401
+
+
+def _load_dlib_predictor() -> None:
+    try:
+        from fairvision.vision import dlib_landmarks
+
+        dlib_landmarks._get("predictor")
+    except Exception:  # noqa: BLE001 - dlib missing: the mask step reports it per image
+        pass
 
 
 def _safe_name(sample_id: str) -> str:
@@ -443,8 +453,17 @@ def measure_images(
         keys[len(tasks)] = (i, key)
         tasks.append({"image_path": path, "mask_path": mask_paths[i], "overlay_path": ov, "params": params})
 
-    if tasks and int(workers) > 1:
-        _preload(params)  # import once here; forked workers inherit the modules
+    if tasks and params["mask_method"] in ("mediapipe", "auto", "dlib"):
+        # dlib's 68-landmark model takes ~0.5 s to load and releases the GIL meanwhile: load it
+        # once here, overlapping the imports (or, in-process, the first images), instead of once
+        # per worker; forked workers inherit it (it has no threads, so forking stays safe)
+        loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
+        loader.start()
+        if int(workers) > 1:
+            _preload(params)  # import once here; forked workers inherit the modules
+            loader.join()
+    elif tasks and int(workers) > 1:
+        _preload(params)
     callback, close = _progress_reporter(progress, len(tasks))
     try:
         for outcome in imap(

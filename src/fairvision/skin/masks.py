@@ -230,7 +230,10 @@ def mediapipe_mask(
         # only the best box: low-confidence second boxes are mostly hands and backgrounds
         boxes = [b for b, _ in detect_faces(image_rgb)[:1]]
         if boxes:
-            found = _dlib_faces(dl.landmarks(image_rgb, boxes), "detector+dlib")
+            try:
+                found = _dlib_faces(dl.landmarks(image_rgb, boxes), "detector+dlib")
+            except (FairvisionError, ImportError) as exc:  # dlib or its model missing
+                return MaskResult(None, "mediapipe", 0, "high", f"no face found by the mesh; second chance unavailable: {exc}")
     return _finish(image_rgb.shape, found, "mediapipe", min_pixels=min_pixels, faces_sel=faces)
 
 
