@@ -376,6 +376,24 @@ class Schema:
         self.attributes[name] = attr
         return attr
 
+    def declare(self, names: Iterable[str], *, multi: Iterable[str] = (), missing: str = "error") -> "Schema":
+        """Make sure every name is an attribute, applying command-line options.
+
+        Undeclared names become plain attributes; ``multi`` marks multi-valued
+        ones; a ``missing`` policy other than ``"error"`` overrides the
+        declared one.
+        """
+        multi = set(multi)
+        for name in names:
+            if name not in self.attributes:
+                self.add(Attribute(name, multi=name in multi, missing=missing))
+                continue
+            if missing != "error":
+                self.attributes[name].missing = missing
+            if name in multi:
+                self.attributes[name].multi = True
+        return self
+
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any], *, source: str = "schema") -> "Schema":
         attrs = spec.get("attributes", spec)

@@ -18,19 +18,7 @@ from scipy import stats as sps
 from fairvision.groups import combine, memberships
 from fairvision.schema import Schema
 from fairvision.stats.corrections import adjust_pvalues
-
-
-def wilson_interval(k: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval for binomial proportions ``k / n`` (NaN where ``n = 0``)."""
-    k = np.asarray(k, float)
-    n = np.asarray(n, float)
-    z = sps.norm.ppf(0.5 + level / 2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = k / n
-        den = 1 + z**2 / n
-        centre = (p + z**2 / (2 * n)) / den
-        half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / den
-    return centre - half, centre + half
+from fairvision.stats.proportions import wilson_interval
 
 
 @dataclass

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.groups import combine, subject_codes
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.corrections import METHODS as CORRECTIONS
 from fairvision.stats.pairwise import pairwise_mannwhitney
@@ -124,37 +125,26 @@ def build_intersections(df: pd.DataFrame, attributes: Sequence[Attribute], max_k
     out: list[Intersection] = []
     for k in range(1, max_k + 1):
         for combo in itertools.combinations(range(len(attributes)), k):
-            frame = pd.DataFrame({"row": members[combo[0]].rows, "c0": members[combo[0]].codes})
-            for j, ai in enumerate(combo[1:], 1):
-                frame = frame.merge(pd.DataFrame({"row": members[ai].rows, f"c{j}": members[ai].codes}), on="row")
-            cats = [members[ai].categories for ai in combo]
-            ccols = [f"c{j}" for j in range(k)]
-            sizes = [len(c) for c in cats]
+            comb = combine([members[i] for i in combo], len(df))
+            sizes = [len(lv) for lv in comb.levels]
             if math.prod(sizes) <= _MAX_DECLARED_PRODUCT:
-                flat = np.ravel_multi_index(tuple(frame[c].to_numpy() for c in ccols), sizes) if len(frame) else np.zeros(0, np.int64)
-                labels = [tuple(cats[j][i] for j, i in enumerate(ix)) for ix in itertools.product(*[range(s) for s in sizes])]
-                codes = flat
-            else:
-                combos, codes = np.unique(frame[ccols].to_numpy(), axis=0, return_inverse=True)
-                codes = np.asarray(codes).ravel()
-                labels = [tuple(cats[j][i] for j, i in enumerate(row)) for row in combos]
-            out.append(Intersection(tuple(attributes[i].name for i in combo), frame["row"].to_numpy(np.int64),
-                                    np.asarray(codes, np.int64), labels))
+                codes = comb.codes
+                labels = list(itertools.product(*comb.levels))
+            else:  # too many declared cells: keep the observed ones only
+                observed, codes = np.unique(comb.codes, return_inverse=True)
+                parts = np.unravel_index(observed, sizes)
+                labels = [tuple(lv[i] for lv, i in zip(comb.levels, ix)) for ix in zip(*parts)]
+            out.append(Intersection(comb.names, comb.rows, np.asarray(codes, np.int64).ravel(), labels))
     return out
 
 
 # -- per-group estimates with cluster bootstrap ---------------------------------------------------------------
 
 def _subject_codes(df: pd.DataFrame, subject_col: str | None) -> np.ndarray:
+    """Subject code per row; every row is its own subject when there is no subject column."""
     if subject_col is None:
         return np.arange(len(df))
-    if subject_col not in df.columns:
-        raise ColumnError(f"samples: no subject column {subject_col!r}; columns are {', '.join(map(str, df.columns))}")
-    s = df[subject_col]
-    miss = s.isna().to_numpy()
-    if miss.any():
-        raise ColumnError(f"samples: row {int(np.flatnonzero(miss)[0]) + 1}: column {subject_col!r} is empty")
-    return np.asarray(pd.factorize(s.astype(str))[0])
+    return subject_codes(df, subject_col, source="samples")
 
 
 def group_estimates(values: np.ndarray, inter: Intersection, subjects: np.ndarray, weights: np.ndarray, *,

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
+from fairvision.stats.proportions import wilson_interval
 from fairvision.errors import ColumnError, FairvisionError
 from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
 
@@ -35,17 +36,7 @@ CELL_INDEX = pd.MultiIndex.from_product([list(HUES), list(TONES)], names=["skin_
 
 def wilson_ci(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval for a binomial proportion k / n (vectorised); NaN where n = 0."""
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    z = _st.norm.ppf(0.5 + level / 2.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = k / n
-        denom = 1.0 + z ** 2 / n
-        centre = (p + z ** 2 / (2 * n)) / denom
-        half = z * np.sqrt(p * (1 - p) / n + z ** 2 / (4 * n ** 2)) / denom
-    lo = np.where(n > 0, np.clip(centre - half, 0, 1), np.nan)
-    hi = np.where(n > 0, np.clip(centre + half, 0, 1), np.nan)
-    return lo, hi
+    return wilson_interval(k, n, level)
 
 
 @dataclass

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from pathlib import Path
 from typing import Iterator
 

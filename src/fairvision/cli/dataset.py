@@ -78,7 +78,7 @@ def run_dataset_audit(
     from fairvision.io.tables import IMAGE_PATH, read_table, validate_sample_table
     from fairvision.report import Report
     from fairvision.report.sections.dataset import dataset_section
-    from fairvision.schema import Attribute, Schema
+    from fairvision.schema import Schema
 
     say = progress or (lambda m: None)
     say("reading table")
@@ -90,16 +90,7 @@ def run_dataset_audit(
         source = str(table)
     if schema is None:
         schema = Schema.from_file(schema_file) if schema_file else Schema()
-    for a in attributes:
-        if a not in schema:
-            schema.add(Attribute(a, multi=a in multi, missing=missing))
-        else:
-            if missing != "error":
-                schema[a].missing = missing
-            if a in multi:
-                schema[a].multi = True
-    if target and target not in schema:
-        schema.add(Attribute(target, missing=missing))
+    schema.declare(list(attributes) + ([target] if target else []), multi=multi, missing=missing)
     if check_images and IMAGE_PATH in df.columns:
         validate_sample_table(df, source=source, check_images=True)
     sections = []

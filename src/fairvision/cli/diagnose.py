@@ -35,7 +35,6 @@ _LOWER = typer.Option(False, "--lower-is-better", help="The score is an error (L
 
 def load_scored_table(samples: Path, scores: Optional[Path], metric: str, subject_col: Optional[str] = None):
     """Read the sample table, join the score table on sample_id, and check the metric column."""
-    import pandas as pd
 
     from fairvision.errors import ColumnError
     from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID, read_table

@@ -73,14 +73,13 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
                     pred_col=None, conditions=(), schema_file=None, schema=None, missing="error", multi=(),
                     n_boot=1000, seed=0, title=None):
     """Read, join, audit and write the report; returns ``(paths, result, evaluated_conditions)``."""
-    import numpy as np
     import pandas as pd
 
     from fairvision.audits.model import evaluate_conditions, join_scores, model_audit
     from fairvision.io.tables import SAMPLE_ID, read_table
     from fairvision.report import Report
     from fairvision.report.sections.model import model_section
-    from fairvision.schema import Attribute, Schema
+    from fairvision.schema import Schema
 
     def load(t, role):
         if isinstance(t, pd.DataFrame):
@@ -102,14 +101,7 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
         raise FairvisionError(f"{s_src}: no subject column {subject_col!r}; columns are {', '.join(map(str, sdf.columns))}")
     if schema is None:
         schema = Schema.from_file(schema_file) if schema_file else Schema()
-    for a in attributes:
-        if a not in schema:
-            schema.add(Attribute(a, multi=a in multi, missing=missing))
-        else:
-            if missing != "error":
-                schema[a].missing = missing
-            if a in multi:
-                schema[a].multi = True
+    schema.declare(attributes, multi=multi, missing=missing)
     n_sets = sum(_comb(len(attributes), k) for k in range(1, min(max_k, len(attributes)) + 1))
     total = n_sets * max(1, len(metrics)) + (1 if true_col or pred_col else 0)
     with _progress(total) as advance:

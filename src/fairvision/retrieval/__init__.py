@@ -25,7 +25,6 @@ read_results, read_items, read_embeddings
 
 from __future__ import annotations
 
-import pandas as pd
 
 from fairvision.retrieval.io import read_embeddings, read_items, read_results
 from fairvision.retrieval.knn import knn_search

@@ -27,6 +27,7 @@ _EXPORTS = {
     "cluster_bootstrap_weights": "resample",
     "bootstrap_ci": "resample",
     "percentile_ci": "resample",
+    "wilson_interval": "proportions",
     # multiple comparisons
     "adjust_pvalues": "corrections",
     # model audit (issue: Model audit)

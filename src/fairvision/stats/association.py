@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _sps
 
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.errors import FairvisionError
 
 
 def contingency_table(table: pd.DataFrame, x: str, y: str, schema=None) -> pd.DataFrame:

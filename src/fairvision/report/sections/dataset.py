@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 
 from fairvision.audits.dataset import DatasetAudit
 from fairvision.report.document import Section

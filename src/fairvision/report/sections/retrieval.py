@@ -12,7 +12,6 @@ nRR at the target power against catalog size for RR < 1 and RR > 1. No images.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from fairvision.report import Section
 from fairvision.report import plots
@@ -128,7 +127,7 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
               caption="Counts: rows are query values (plus the catalog), columns the values of the results.")
     con = par.contrasts
     sec.table("contrasts", con[[c for c in _CONTRAST_COLS if c in con.columns]],
-              caption=f"Contrast test per query value (2 x 2 against the catalog), RR with 95% CI, nRR and the 80% rule.",
+              caption="Contrast test per query value (2 x 2 against the catalog), RR with 95% CI, nRR and the 80% rule.",
               highlight="reject")
     fdf = con[np.isfinite(con["rr"].to_numpy(dtype=float)) & (con["rr"].to_numpy(dtype=float) > 0)].copy()
     if len(fdf):
