@@ -156,9 +156,22 @@ def _read_cached(cache_dir: Path, key: str) -> dict | None:
 
 def _write_cached(cache_dir: Path, key: str, rec: dict) -> None:
     from fairvision.io.atomic import atomic_write_text
-    from fairvision.report.document import to_jsonable
 
-    atomic_write_text(cache_dir / key[:2] / f"{key}.json", json.dumps(to_jsonable({**rec, "_key": key})))
+    atomic_write_text(cache_dir / key[:2] / f"{key}.json", json.dumps({k: _scalar(v) for k, v in {**rec, "_key": key}.items()}))
+
+
+def _scalar(v):
+    """A record value as a JSON scalar (numpy types unwrapped, NaN and inf as null)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return None if not np.isfinite(f) else f
+    if v is None or isinstance(v, str):
+        return v
+    return str(v)
 
 
 # --------------------------------------------------------------------------- worker
