@@ -68,7 +68,9 @@ def naive(paths: list[str], method: str) -> list:
     from PIL import Image, ImageOps
 
     from fairvision.skin.masks import skin_mask
-    from fairvision.skin.measure import measure
+    from fairvision.audits.skin_batch import _skin_measure
+
+    measure = _skin_measure()
 
     out = []
     for p in paths:
@@ -116,7 +118,9 @@ def run_child(mode: str, paths: list[str], method: str, workers: int) -> dict:
 def stages(paths: list[str], method: str) -> dict:
     from fairvision.io.images import read_image
     from fairvision.skin.masks import skin_mask
-    from fairvision.skin.measure import measure
+    from fairvision.audits.skin_batch import _skin_measure
+
+    measure = _skin_measure()
 
     skin_mask(read_image(paths[0]))  # build the mesh outside the clock
     t0 = time.perf_counter()

@@ -37,7 +37,9 @@ def few(portraits, tmp_path):
 
 def test_portraits_end_to_end_two_workers(portraits):
     from fairvision.skin.masks import skin_mask
-    from fairvision.skin.measure import measure
+    from fairvision.audits.skin_batch import _skin_measure
+
+    measure = _skin_measure()
 
     df = measure_images(portraits, workers=2, progress=False, categories=False)
     assert len(df) == 62 and df.sample_id.tolist() == portraits.sample_id.tolist()
@@ -113,7 +115,9 @@ def test_failures_are_rows_with_reasons(few, tmp_path):
 
 def test_supplied_masks_binary_and_label_maps(few, tmp_path):
     from fairvision.skin.masks import skin_mask
-    from fairvision.skin.measure import measure
+    from fairvision.audits.skin_batch import _skin_measure
+
+    measure = _skin_measure()
 
     bdir, ldir = tmp_path / "bin", tmp_path / "lab"
     bdir.mkdir()
@@ -235,7 +239,9 @@ def test_overlay_clusters_reproduce_the_estimator_assignment(portraits):
     """The overlay's per-pixel clusters (nearest final centre) give the estimator's own cluster sizes."""
     from fairvision.audits.skin_batch import _cluster_labels
     from fairvision.skin.masks import skin_mask
-    from fairvision.skin.measure import measure
+    from fairvision.audits.skin_batch import _skin_measure
+
+    measure = _skin_measure()
 
     for path in portraits.image_path[:3]:
         img = read_image(path)

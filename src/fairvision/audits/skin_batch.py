@@ -192,11 +192,27 @@ def _init_worker(params: dict) -> None:
         dlib_landmarks._get("predictor")
 
 
+def _skin_measure():
+    """``fairvision.skin.measure`` (the function), bound through the package's lazy export.
+
+    Importing the submodule ``fairvision.skin.measure`` directly before anyone
+    touched ``fairvision.skin.measure`` would leave the package attribute
+    pointing at the module (the function and its module share the name);
+    going through the package first binds the function for every caller.
+    """
+    import fairvision.skin as skin
+
+    fn = getattr(skin, "measure")
+    if not callable(fn):  # someone imported the submodule first
+        from fairvision.skin.measure import measure as fn
+    return fn
+
+
 def _preload(params: dict) -> None:
     """Import the heavy modules (not build models: that starts threads) before forking workers."""
     import cv2  # noqa: F401
 
-    import fairvision.skin.measure  # noqa: F401
+    _skin_measure()
 
     if params["mask_method"] in ("mediapipe", "auto"):
         from fairvision.vision.facemesh import _mp_face_mesh
@@ -225,6 +241,7 @@ def _cluster_labels(image: np.ndarray, mask: np.ndarray, extra: dict) -> np.ndar
     if not centres:
         return None
     from fairvision.skin.colour import hue_angle, srgb_to_lab
+    _skin_measure()  # bind the package export first
     from fairvision.skin.measure import smooth_skin_pixels
 
     lab = srgb_to_lab(smooth_skin_pixels(image.astype(np.float32) / np.float32(255.0), mask))
@@ -273,8 +290,7 @@ def _measure_one(task: dict) -> dict:
     """Decode, mask and measure one image; every expected problem is a row with a reason."""
     from fairvision.io.images import read_image, write_png
     from fairvision.skin.masks import skin_mask
-    from fairvision.skin.measure import measure
-
+    measure = _skin_measure()
     params = task["params"]
     rec: dict[str, Any] = {"ok": False, "reason": None}
     try:
