@@ -249,3 +249,13 @@ def test_overlay_clusters_reproduce_the_estimator_assignment(portraits):
         meas = measure(img, mask=mask, method="thong")
         labels = _cluster_labels(img, mask, meas.extra)
         assert np.bincount(labels, minlength=5).tolist() == list(meas.extra["cluster_sizes"])
+
+
+def test_changed_code_is_a_cache_miss(few, tmp_path, monkeypatch):
+    import fairvision.audits.skin_batch as sb
+
+    kw = dict(method="mean", workers=1, progress=False, categories=False, cache_dir=tmp_path / "c")
+    measure_images(few.head(2), **kw)
+    assert measure_images(few.head(2), **kw).from_cache.all()
+    monkeypatch.setattr(sb, "code_signature", lambda: "different code")
+    assert not measure_images(few.head(2), **kw).from_cache.any()

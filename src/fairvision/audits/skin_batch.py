@@ -9,8 +9,8 @@ then the skin-colour categories (:func:`fairvision.skin.categories.add_categorie
   the face models once each.
 - Resumable cache: one small JSON record per image in ``cache_dir``, named by
   a SHA-256 of the image's absolute path, size and modification time, the mask
-  file's (if any), every parameter that changes the answer and the package
-  version. Records are written as results arrive, so an interrupted run
+  file's (if any), every parameter that changes the answer, the package
+  version and the source of the modules that compute it. Records are written as results arrive, so an interrupted run
   continues where it stopped; a changed image or parameter is a miss.
 - Failures are rows: an unreadable image, no face, too few skin pixels or an
   exception in a worker give ``ok=False`` and a ``reason``.
@@ -21,6 +21,7 @@ then the skin-colour categories (:func:`fairvision.skin.categories.add_categorie
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -133,12 +134,29 @@ def _stat_sig(path: str | None):
     return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
 
 
+@functools.lru_cache(maxsize=1)
+def code_signature() -> str:
+    """SHA-256 of the source of every module that shapes a result (decode, masks, models, estimators),
+    so that a cached record made by different code is a miss."""
+    import fairvision
+
+    root = Path(fairvision.__file__).parent
+    h = hashlib.sha256()
+    for rel in ("io/images.py", "skin", "vision", "audits/skin_batch.py"):
+        p = root / rel
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def cache_key(image_path: str, mask_path: str | None, params: dict) -> str:
-    """SHA-256 of the image (path, size, mtime), the mask file and all parameters."""
+    """SHA-256 of the image (path, size, mtime), the mask file, all parameters and the code."""
     from fairvision import __version__
 
     blob = json.dumps(
-        {"v": CACHE_VERSION, "pkg": __version__, "image": _stat_sig(image_path), "mask": _stat_sig(mask_path), "params": params},
+        {"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "image": _stat_sig(image_path),
+         "mask": _stat_sig(mask_path), "params": params},
         sort_keys=True, default=str,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
