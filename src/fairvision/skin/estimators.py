@@ -107,15 +107,23 @@ def quantile_seeds(X: np.ndarray, k: int) -> np.ndarray:
 
 
 def _nearest(Xa: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Index of the nearest centre for every row of ``Xa`` = [x - mu, 1]."""
+    """Index of the nearest centre for every row of ``Xa`` = [x - mu, 1] (ties to the lowest index)."""
     W = np.vstack([-2.0 * C.T, (C ** 2).sum(axis=1)]).astype(Xa.dtype)
     D = W.T @ Xa.T  # (k, N): |x - c|^2 - |x|^2
+    return _argmin_rows(D)
+
+
+def _argmin_rows(D: np.ndarray) -> np.ndarray:
+    """``D.argmin(axis=0)`` for a short first axis, as k branch-free passes over N (numpy's argmin
+    along a short axis and boolean-mask assignment are both slow); ties go to the lowest index."""
     best = D[0].copy()
-    labels = np.zeros(D.shape[1], dtype=np.intp)
-    for j in range(1, D.shape[0]):  # k passes over N (an argmin along the short axis is slow in numpy)
+    labels = np.zeros(D.shape[1:], dtype=np.uint8 if D.shape[0] < 256 else np.intp)
+    for j in range(1, D.shape[0]):
         closer = D[j] < best
         np.minimum(best, D[j], out=best)
-        labels[closer] = j
+        # j exceeds every label so far, so max(labels, j * closer) sets exactly the closer rows to j
+        np.maximum(labels, closer.view(np.uint8) * labels.dtype.type(j) if labels.dtype == np.uint8
+                   else closer * j, out=labels)
     return labels
 
 
@@ -137,14 +145,20 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
     """
     X = np.asarray(X, dtype=np.float64)
     mu = X.mean(axis=0)
-    cols = [np.ascontiguousarray(X[:, d] - mu[d]) for d in range(X.shape[1])]  # contiguous for bincount
     Xa = np.empty((X.shape[0], X.shape[1] + 1), dtype=np.float32)
-    for d, col in enumerate(cols):
-        Xa[:, d] = col
+    Xa[:, :-1] = X - mu
     Xa[:, -1] = 1.0
-    C = np.array(centers, dtype=np.float64) - mu
+    cols = [np.ascontiguousarray(X[:, d] - mu[d]) for d in range(X.shape[1])]  # contiguous for bincount
+    labels, C, it = _lloyd(Xa, cols, np.array(centers, dtype=np.float64) - mu, max_iter=max_iter, tol=tol)
+    return labels, C + mu, it
+
+
+def _lloyd(Xa: np.ndarray, cols: list, C: np.ndarray, *, max_iter: int = 300, tol: float = 1e-4):
+    """Lloyd's algorithm on centred data ``Xa`` = [x - mu, 1] (float32) with the centred feature
+    columns ``cols`` (for the centre updates) from centred centres ``C``; see :func:`kmeans_lloyd`."""
+    C = np.array(C, dtype=np.float64)
     k = C.shape[0]
-    thresh = tol * float(np.mean([np.dot(col, col) / max(col.size, 1) for col in cols]))
+    thresh = tol * float(np.mean([np.var(col, dtype=np.float64) for col in cols]))
     labels = None
     it = 0
     for it in range(1, max_iter + 1):
@@ -161,7 +175,7 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
         if ((C - C_old) ** 2).sum() <= thresh:
             labels = _nearest(Xa, C)
             break
-    return labels, C + mu, it
+    return labels, C, it
 
 
 def _cluster_modes(labels: np.ndarray, cols: list[np.ndarray], k: int, edge: str):
@@ -176,15 +190,62 @@ def _cluster_modes(labels: np.ndarray, cols: list[np.ndarray], k: int, edge: str
     return counts, modes
 
 
+def _sturges(counts: np.ndarray) -> np.ndarray:
+    """:func:`sturges_bins` of every entry of ``counts``."""
+    return np.ceil(np.log2(np.maximum(np.asarray(counts, dtype=np.int64), 1)) + 1.0).astype(np.int64)
+
+
+def _grouped_modes(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sturges-histogram mode (bin centre) of every row of ``X`` (d, N) within every group.
+
+    Pixels are grouped with one O(N) radix sort of the group labels, group
+    ranges come from ``reduceat`` and all (row, group, bin) counts from one
+    ``bincount``. Computed in the dtype of ``X``; the modes are float64, NaN
+    for empty groups.
+    """
+    groups = np.asarray(groups)
+    counts = np.bincount(groups, minlength=G)
+    d = X.shape[0]
+    modes = np.full((G, d), np.nan)
+    nz = np.flatnonzero(counts)
+    if nz.size == 0:
+        return counts, modes
+    key = groups.astype(np.uint8 if G <= 256 else np.uint16 if G <= 65536 else np.int64, copy=False)
+    order = np.argsort(key, kind="stable")
+    xs = X.take(order, axis=1)
+    cnt = counts[nz]
+    ng = nz.size
+    starts = np.cumsum(cnt) - cnt
+    lo = np.minimum.reduceat(xs, starts, axis=1)  # (d, ng)
+    span = np.maximum.reduceat(xs, starts, axis=1) - lo
+    nb = _sturges(cnt)
+    norm = np.divide(nb.astype(xs.dtype), span, out=np.zeros_like(span), where=span > 0)
+    stride = int(nb.max()) + 1  # one spare slot per group: the group maximum lands in bin nb
+    v = xs - np.repeat(lo, cnt, axis=1)
+    v *= np.repeat(norm, cnt, axis=1)
+    idx = v.astype(np.intp)  # numpy.histogram's floor((x - lo) * nb / span)
+    idx += np.repeat(np.arange(ng) * stride, cnt)
+    idx += (np.arange(d) * (ng * stride))[:, None]
+    hist = np.bincount(idx.ravel(), minlength=d * ng * stride).reshape(d, ng, stride)
+    r = np.arange(ng)
+    hist[:, r, nb - 1] += hist[:, r, nb]  # the maximum goes into the last bin
+    hist[:, r, nb] = 0
+    b = hist.argmax(axis=2)  # ties to the lowest bin
+    lo = lo.astype(np.float64)
+    span = span.astype(np.float64)
+    modes[nz] = np.where(span > 0, lo + (b + 0.5) * span / nb, lo).T
+    return counts, modes
+
+
 def cluster_histogram_modes(labels: np.ndarray, cols: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
     """Sturges-histogram mode (bin centre) of every column within every cluster, vectorised.
 
     Equivalent to calling :func:`histogram_mode` per cluster and column, but
-    all clusters are binned at once: pixels are grouped by cluster with one
-    O(N) radix sort, per-cluster ranges come from ``reduceat`` and the
-    per-(cluster, bin) counts from one ``bincount``. Bin indices follow
-    ``numpy.histogram`` (``floor((x - lo) * nbins / (hi - lo))``, the maximum
-    going into the last bin).
+    all clusters and columns are binned at once: pixels are grouped by cluster
+    with one O(N) radix sort, per-cluster ranges come from ``reduceat`` and
+    the per-(column, cluster, bin) counts from one ``bincount``. Bin indices
+    follow ``numpy.histogram`` (``floor((x - lo) * nbins / (hi - lo))``, the
+    maximum going into the last bin).
 
     Returns
     -------
@@ -193,35 +254,10 @@ def cluster_histogram_modes(labels: np.ndarray, cols: list[np.ndarray], k: int) 
     modes : (k, len(cols)) float
         NaN for empty clusters.
     """
-    labels = np.asarray(labels)
-    counts = np.bincount(labels, minlength=k)
-    modes = np.full((k, len(cols)), np.nan)
-    nz = np.flatnonzero(counts)
-    if nz.size == 0:
-        return counts, modes
-    order = np.argsort(labels.astype(np.uint8 if k < 256 else np.int64), kind="stable")
-    seg = labels[order]
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[nz]
-    nb = np.zeros(k, dtype=np.int64)
-    nb[nz] = [sturges_bins(c) for c in counts[nz]]
-    offsets = np.concatenate([[0], np.cumsum(nb)[:-1]])
-    seg_nb = nb[seg]
-    for j, col in enumerate(cols):
-        xs = np.asarray(col, dtype=np.float64)[order]
-        lo = np.zeros(k)
-        hi = np.zeros(k)
-        lo[nz] = np.minimum.reduceat(xs, starts)
-        hi[nz] = np.maximum.reduceat(xs, starts)
-        span = hi - lo
-        norm = np.divide(nb, span, out=np.zeros(k), where=span > 0)
-        idx = ((xs - lo[seg]) * norm[seg]).astype(np.int64)
-        idx = np.minimum(idx, seg_nb - 1)
-        hist = np.bincount(offsets[seg] + idx, minlength=int(nb.sum()))
-        for c in nz:  # k small argmaxes over the per-cluster bin counts
-            h = hist[offsets[c]:offsets[c] + nb[c]]
-            b = int(h.argmax())
-            modes[c, j] = lo[c] if span[c] == 0 else lo[c] + (b + 0.5) * span[c] / nb[c]
-    return counts, modes
+    X = np.stack([np.asarray(c) for c in cols])
+    if not np.issubdtype(X.dtype, np.floating):
+        X = X.astype(np.float64)
+    return _grouped_modes(labels, X, k)
 
 
 def _combine_top(counts, modes, top):
@@ -248,10 +284,81 @@ def _result(L, a, b, hue, ita_value=None, gray=None, **extra) -> dict:
 
 
 def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-pixel (L*, signed h*, C*) in float64: what :func:`thong` clusters and takes modes of."""
+    """Per-pixel (L*, signed h*, C*) in float32: what :func:`thong` clusters and takes modes of."""
     lab = np.asarray(lab)
-    return (lab[:, 0].astype(np.float64), hue_angle(lab, convention="signed").astype(np.float64),
-            _chroma(lab).astype(np.float64))
+    a = np.ascontiguousarray(lab[:, 1], dtype=np.float32)
+    b = np.ascontiguousarray(lab[:, 2], dtype=np.float32)
+    h = np.arctan2(b, a)
+    h *= np.float32(180.0 / np.pi)  # degrees in (-180, 180]
+    C = a * a
+    C += b * b
+    np.sqrt(C, out=C)
+    return np.ascontiguousarray(lab[:, 0], dtype=np.float32), h, C
+
+
+#: Largest coarse-to-fine level of Lloyd's algorithm (a strided subsample of about this many pixels); images
+#: with more than twice the last level's pixels are then assigned to its centres in one pass.
+MAX_CLUSTER_PIXELS = 20000
+
+
+class _ThongFit:
+    """What a :func:`thong` fit leaves behind for the bootstrap: centred data, labels, centres."""
+
+    __slots__ = ("Xa", "labels", "C", "mu", "k", "top")
+
+    def __init__(self, Xa, labels, C, mu, k, top):
+        self.Xa, self.labels, self.C, self.mu, self.k, self.top = Xa, labels, C, mu, k, top
+
+
+def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_centers=None):
+    n = L.shape[0]
+    if n < k:
+        raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
+    mu = np.array([L.mean(dtype=np.float64), h.mean(dtype=np.float64)])
+    Xa = np.empty((n, 3), dtype=np.float32)
+    np.subtract(L, np.float32(mu[0]), out=Xa[:, 0])
+    np.subtract(h, np.float32(mu[1]), out=Xa[:, 1])
+    Xa[:, 2] = 1.0
+    cols = lambda A: [np.ascontiguousarray(A[:, 0]), np.ascontiguousarray(A[:, 1])]  # noqa: E731
+    Cc = None if init_centers is None else np.asarray(init_centers, dtype=np.float64) - mu
+    # coarse to fine: converge on strided subsamples of coarse, 4 coarse, 16 coarse ... pixels (at most
+    # MAX_CLUSTER_PIXELS), each level starting from the previous centres, the first from the quantile seeds
+    size = int(coarse)
+    sub = None
+    while 2 * size < n and size <= MAX_CLUSTER_PIXELS:
+        sub = np.ascontiguousarray(Xa[:: max(1, n // size)])
+        if Cc is None:
+            Cc = quantile_seeds(sub[:, :2].astype(np.float64), k)
+        labels, Cc, n_iter = _lloyd(sub, cols(sub), Cc)
+        size *= 4
+    if 2 * size >= n:  # few pixels: finish on all of them (Lloyd's algorithm converged on all pixels)
+        if Cc is None:
+            Cc = quantile_seeds(Xa[:, :2].astype(np.float64), k)
+        labels, Cc, n_iter = _lloyd(Xa, cols(Xa), Cc)
+    else:  # assign every pixel once to the centres converged on the last subsample
+        labels = _nearest(Xa, Cc)
+    return _ThongFit(Xa, labels, Cc, mu, k, top), n_iter
+
+
+def _thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
+                         init_centers=None):
+    fit, n_iter = _thong_fit(L, h, C, k=k, top=top, coarse=coarse, init_centers=init_centers)
+    counts, modes = _grouped_modes(fit.labels, np.stack([L, h, C]), k)
+    est, spread, kept = _combine_top(counts, modes, top)
+    Lm, hm, Cm = est
+    rad = np.radians(hm)
+    extra = {}
+    if details:
+        extra = {
+            "cluster_centers": (fit.C + fit.mu).tolist(),
+            "cluster_sizes": counts.tolist(),
+            "cluster_modes": modes.tolist(),
+            "kept_clusters": kept.tolist(),
+            "L_mode_spread": float(spread[0]),
+            "hue_mode_spread": float(spread[1]),
+            "n_iter": int(n_iter),
+        }
+    return _result(Lm, Cm * np.cos(rad), Cm * np.sin(rad), None, **extra), fit
 
 
 def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
@@ -265,15 +372,14 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 400
     k, top : int
         Number of clusters (5) and of kept clusters with the highest L* mode (3).
     coarse : int
-        Size of the first strided subsample: Lloyd's algorithm converges on
-        ``coarse``, ``4 coarse``, ``16 coarse`` ... pixels (each level starting
-        from the previous centres, the first from the quantile seeds) and
-        finally on all pixels (speed only; the answer is Lloyd's algorithm
-        converged on all pixels).
+        Size of the strided subsample the quantile seeds come from; Lloyd's
+        algorithm converges there first, then on a fixed strided subsample
+        of at most :data:`MAX_CLUSTER_PIXELS` pixels (all pixels when there
+        are no more), and every pixel is then assigned to the nearest of
+        those centres. The histogram modes use every pixel.
     init_centers : (k, 2) array, optional
         Start Lloyd's algorithm from these (L*, signed h*) centres instead of
-        the quantile seeds (used for the bootstrap replicates of the
-        stability measure, which restart from the full-sample solution).
+        the quantile seeds.
     features : tuple of 3 arrays, optional
         Precomputed :func:`thong_features` (then ``lab`` is ignored).
 
@@ -283,39 +389,50 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 400
     ``ita`` and ``extra`` (cluster centres, sizes, modes, kept clusters and the
     weighted spread of the kept modes, as the published code reports).
     """
-    L, h, C = thong_features(lab) if features is None else features
-    n = L.shape[0]
-    if n < k:
-        raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
-    X = np.column_stack([L, h])
-    if init_centers is not None:
-        centers = np.asarray(init_centers, dtype=np.float64)
-    else:  # coarse to fine: converge on strided subsamples of coarse, 4 coarse, 16 coarse ... pixels, then on all
-        centers = None
-        size = int(coarse)
-        while 2 * size < n:
-            sub = X[:: max(1, n // size)]
-            _, centers, _ = kmeans_lloyd(sub, quantile_seeds(sub, k) if centers is None else centers)
-            size *= 4
-        if centers is None:
-            centers = quantile_seeds(X, k)
-    labels, centers, n_iter = kmeans_lloyd(X, centers)
-    counts, modes = cluster_histogram_modes(labels, [L, h, C], k)
-    est, spread, kept = _combine_top(counts, modes, top)
-    Lm, hm, Cm = est
-    rad = np.radians(hm)
-    extra = {}
-    if details:
-        extra = {
-            "cluster_centers": centers.tolist(),
-            "cluster_sizes": counts.tolist(),
-            "cluster_modes": modes.tolist(),
-            "kept_clusters": kept.tolist(),
-            "L_mode_spread": float(spread[0]),
-            "hue_mode_spread": float(spread[1]),
-            "n_iter": int(n_iter),
-        }
-    return _result(Lm, Cm * np.cos(rad), Cm * np.sin(rad), None, **extra)
+    L, h, C = thong_features(lab) if features is None else (np.ascontiguousarray(f, dtype=np.float32) for f in features)
+    return _thong_from_features(L, h, C, k=k, top=top, coarse=coarse, details=details, init_centers=init_centers)[0]
+
+
+_BOOT_STEPS = 1
+
+
+def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """(L*, signed h*) estimates of ``n_boot`` bootstrap replicates of ``m`` pixels, all at once.
+
+    Each replicate resamples ``m`` pixels with replacement and takes one
+    Lloyd step warm-started from the full-sample solution (whose labels are
+    the nearest-centre assignment to its centres, so they are the
+    replicate's first assignment): the centres are recomputed from the
+    replicate's pixels and every pixel is reassigned to the nearest of them.
+    The Sturges-histogram modes (bin centres over each replicate cluster's
+    own range), the top-``top`` selection by L* mode and the count-weighted
+    mean are then recomputed per replicate, vectorised over all replicates.
+    """
+    k, top = fit.k, fit.top
+    R = int(n_boot)
+    n = fit.Xa.shape[0]
+    idx = rng.integers(0, n, size=(R, m))
+    Xb = fit.Xa.take(idx, axis=0)  # (R, m, 3): centred L*, h*, 1
+    off = (np.arange(R, dtype=np.intp) * k)[:, None]
+    g = fit.labels.take(idx) + off  # (R, m) replicate-cluster ids
+    for _ in range(_BOOT_STEPS):
+        gf = g.ravel()
+        cnt = np.bincount(gf, minlength=R * k).reshape(R, k)
+        Cb = np.broadcast_to(fit.C, (R, k, 2)).copy()
+        for d in range(2):
+            s = np.bincount(gf, weights=Xb[..., d].ravel(), minlength=R * k).reshape(R, k)
+            np.divide(s, cnt, out=Cb[..., d], where=cnt > 0)
+        W = np.concatenate([-2.0 * Cb, (Cb ** 2).sum(axis=2, keepdims=True)], axis=2).astype(np.float32)  # (R, k, 3)
+        D = np.matmul(W, Xb.transpose(0, 2, 1))  # (R, k, m)
+        g = _argmin_rows(D.transpose(1, 0, 2)) + off
+    counts, modes = _grouped_modes(g.ravel(), Xb.reshape(-1, 3)[:, :2].T, R * k)
+    counts = counts.reshape(R, k)
+    modes = modes.reshape(R, k, 2) + fit.mu
+    key = np.where(counts > 0, -modes[..., 0], np.inf)
+    kept = np.argsort(key, axis=1, kind="stable")[:, :top]
+    w = np.take_along_axis(counts, kept, axis=1).astype(np.float64)
+    mk = np.nan_to_num(np.take_along_axis(modes, kept[..., None], axis=1))
+    return (mk * w[..., None]).sum(axis=1) / w.sum(axis=1)[:, None]
 
 
 def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, random_state: int = 2021, n_init: int = 1) -> dict:

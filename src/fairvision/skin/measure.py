@@ -118,11 +118,51 @@ def _failed(method, reason, flags, n_pixels=0, **kw) -> SkinMeasurement:
     return SkinMeasurement(method=method, ok=False, reason=reason, flags=tuple(flags), n_pixels=int(n_pixels), **kw)
 
 
-def _pixel_spread(lab: np.ndarray) -> dict:
-    L = lab[:, 0]
-    h = hue_angle(lab, convention="signed")
-    qL = np.percentile(L, [25, 75])
-    qh = np.percentile(h, [25, 75])
+def _percentiles(x: np.ndarray, ps) -> np.ndarray:
+    """``numpy.percentile(x, ps)`` (linear interpolation) of a 1-D float array, exact.
+
+    A 1024-bin histogram locates the bin holding each needed order statistic;
+    only that bin's values are partitioned (numpy's partition of the whole
+    array is several times slower).
+    """
+    x = np.asarray(x).ravel()
+    n = x.size
+    if n < 4096:
+        return np.percentile(x, ps)
+    lo, hi = x.min(), x.max()
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi == lo:
+        return np.percentile(x, ps)
+    nb = 1024
+    b = (x - lo) * (np.float64(nb) / (np.float64(hi) - np.float64(lo)) if x.dtype == np.float64
+                    else x.dtype.type(nb / (float(hi) - float(lo))))
+    b = b.astype(np.intp)
+    np.minimum(b, nb - 1, out=b)  # monotone in x, so order statistics fall in the bins their ranks say
+    cum = np.cumsum(np.bincount(b, minlength=nb))
+    cache: dict = {}
+
+    def order_stat(r: int) -> float:
+        j = int(np.searchsorted(cum, r, side="right"))
+        if j not in cache:
+            cache[j] = np.sort(x[b == j])
+        return float(cache[j][r - (int(cum[j - 1]) if j else 0)])
+
+    out = []
+    for p in np.atleast_1d(ps):
+        q = float(p) / 100.0 * (n - 1)
+        k0 = int(np.floor(q))
+        t = q - k0
+        v0 = order_stat(k0)
+        v1 = order_stat(min(k0 + 1, n - 1))
+        out.append(v1 - (v1 - v0) * (1.0 - t) if t >= 0.5 else v0 + (v1 - v0) * t)
+    return np.array(out)
+
+
+def _pixel_spread(lab: np.ndarray, L: np.ndarray | None = None, h: np.ndarray | None = None) -> dict:
+    if L is None:
+        L = lab[:, 0]
+        h = hue_angle(lab, convention="signed")
+    qL = _percentiles(L, [25, 75])
+    qh = _percentiles(h, [25, 75])
     return {"L_iqr": float(qL[1] - qL[0]), "L_sd": float(np.std(L, dtype=np.float64)),
             "hue_iqr": float(qh[1] - qh[0]), "hue_sd": float(np.std(h, dtype=np.float64))}
 
@@ -131,27 +171,27 @@ def _signed(h: float) -> float:
     return h - 360.0 if h > 180.0 else h
 
 
-def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None) -> dict:
+def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None, fit=None) -> dict:
     n = lab.shape[0]
     m = min(n, int(boot_size))
     out = {"n_boot": int(n_boot), "boot_pixels": int(m)}
     if n_boot < 2:
         return out
     rng = np.random.default_rng(seed)
-    reps = []
-    kw = dict(kw)
-    feats = None
     if method == "thong":
-        from fairvision.skin.estimators import thong, thong_features
+        from fairvision.skin.estimators import _thong_bootstrap, _thong_fit, thong_features
 
-        feats = thong_features(lab)
-        kw.update(details=False, init_centers=init)
+        if fit is None:
+            kk = {key: kw[key] for key in ("k", "top", "coarse") if key in kw}
+            fit, _ = _thong_fit(*thong_features(lab), init_centers=init, **kk)
+        reps = _thong_bootstrap(fit, int(n_boot), m, rng)
+        sd = reps.std(axis=0, ddof=1)
+        out.update({"L_sd": float(sd[0]), "hue_sd": float(sd[1])})
+        return out
+    reps = []
     for _ in range(int(n_boot)):
         idx = rng.integers(0, n, size=m)
-        if feats is not None:
-            r = thong(None, features=tuple(f[idx] for f in feats), **kw)
-        else:
-            r = estimate(method, lab[idx], None if gray is None else gray[idx], **kw)
+        r = estimate(method, lab[idx], None if gray is None else gray[idx], **kw)
         hue = r["hue"] if method == "thong-published" else _signed(r["hue"])
         reps.append((r["L"], hue, r["gray"] if r["gray"] is not None else np.nan, r["ita"]))
     reps = np.array(reps, dtype=np.float64)
@@ -174,9 +214,21 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
                        mask_method=mask_method, n_faces=n_faces)
     gray = gray_level(raw_rgb01)
     kw = {k: v for k, v in opts.items() if k not in DEFAULTS}
-    est = estimate(method, lab, gray, **kw)
-    stab = _stability(method, lab, gray if method == "gray_mean" else None, opts["n_boot"], opts["boot_size"], opts["seed"], kw,
-                      init=est["extra"].get("cluster_centers"))
+    if method == "thong":  # features computed once for the estimate, the bootstrap and the spread
+        from fairvision.skin.estimators import _thong_from_features, thong_features
+
+        L, h, C = thong_features(lab)
+        est, fit = _thong_from_features(L, h, C, **kw)
+        est["gray"] = float(np.mean(gray, dtype=np.float64))
+        stab = _stability(method, lab, None, opts["n_boot"], opts["boot_size"], opts["seed"], kw, fit=fit)
+        spread = _pixel_spread(lab, L, h)
+        median_chroma = float(_percentiles(C, [50])[0])
+    else:
+        est = estimate(method, lab, gray, **kw)
+        stab = _stability(method, lab, gray if method == "gray_mean" else None, opts["n_boot"], opts["boot_size"],
+                          opts["seed"], kw, init=est["extra"].get("cluster_centers"))
+        spread = _pixel_spread(lab)
+        median_chroma = float(np.median(np.hypot(lab[:, 1], lab[:, 2])))
     shaky = (stab.get("L_sd", 0) > opts["max_L_sd"] or stab.get("hue_sd", 0) > opts["max_hue_sd"]
              or stab.get("gray_sd", 0) > opts["max_gray_sd"] or stab.get("ita_sd", 0) > opts["max_ita_sd"])
     if shaky:
@@ -189,11 +241,11 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
         flags.append("clipped_highlights")
     if lo > opts["clip_fraction"]:
         flags.append("clipped_shadows")
-    if float(np.median(np.hypot(lab[:, 1], lab[:, 2]))) < opts["min_chroma"]:
+    if median_chroma < opts["min_chroma"]:
         flags.append("achromatic")
     return SkinMeasurement(
         L=est["L"], a=est["a"], b=est["b"], hue=est["hue"], ita=est["ita"], chroma=est["chroma"], gray=est["gray"],
-        n_pixels=n, method=method, flags=tuple(dict.fromkeys(flags)), spread=_pixel_spread(lab), stability=stab,
+        n_pixels=n, method=method, flags=tuple(dict.fromkeys(flags)), spread=spread, stability=stab,
         ok=True, reason=None, mask_method=mask_method, n_faces=n_faces,
         extra={**est["extra"], "clipped_highlight_fraction": float(hi), "clipped_shadow_fraction": float(lo)},
     )
@@ -271,8 +323,6 @@ def smooth_skin_pixels(image01: np.ndarray, mask: np.ndarray, sigma: float = 1.0
     Only the mask's bounding box plus a 4-sigma margin is filtered, which
     gives the same values inside the mask as filtering the whole image.
     """
-    from scipy.ndimage import gaussian_filter
-
     rows = np.flatnonzero(mask.any(axis=1))
     cols = np.flatnonzero(mask.any(axis=0))
     r = int(np.ceil(4.0 * sigma)) + 1
@@ -282,12 +332,72 @@ def smooth_skin_pixels(image01: np.ndarray, mask: np.ndarray, sigma: float = 1.0
     if crop.dtype != np.float64:
         crop = crop.astype(np.float32)
     m = mask[y0:y1, x0:x1]
-    if not within_mask:
-        return gaussian_filter(crop, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)[m]
-    mf = m.astype(np.float32)
-    num = gaussian_filter(crop * mf[..., None], sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
-    den = gaussian_filter(mf, sigma=sigma, mode="nearest", truncate=4.0)
-    return np.clip(num[m] / den[m][:, None], 0.0, 1.0)
+    if not within_mask or crop.dtype == np.float64:
+        from scipy.ndimage import gaussian_filter
+
+        if not within_mask:
+            return gaussian_filter(crop, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)[m]
+        mf = m.astype(crop.dtype)
+        num = gaussian_filter(crop * mf[..., None], sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
+        den = gaussian_filter(mf, sigma=sigma, mode="nearest", truncate=4.0)
+        return np.clip(num[m] / den[m][:, None], 0.0, 1.0)
+    # float32, within the mask: R*m, G*m, B*m and m filtered together as one 4-channel image
+    x4 = np.empty(crop.shape[:2] + (4,), dtype=np.float32)
+    x4[..., 3] = m
+    np.multiply(crop, x4[..., 3:], out=x4[..., :3])
+    sm = _gaussian4(x4, sigma)
+    px = sm.reshape(-1, 4).take(np.flatnonzero(m), axis=0)
+    out = px[:, :3] / px[:, 3:]
+    return np.clip(out, 0.0, 1.0, out=out)
+
+
+def _gaussian4(x4: np.ndarray, sigma: float) -> np.ndarray:
+    """Gaussian filter over rows and columns of an (H, W, C) float32 image, kernel truncated at 4 sigma,
+    edges repeated (scipy's ``gaussian_filter(mode="nearest", truncate=4)``); OpenCV when installed
+    (about 10x faster), else scipy. Same kernel either way; the two differ only in float rounding."""
+    radius = int(4.0 * float(sigma) + 0.5)
+    try:
+        import cv2
+    except ImportError:  # OpenCV is an optional dependency
+        cv2 = None
+    if cv2 is not None and sigma > 0:
+        t = np.arange(-radius, radius + 1, dtype=np.float64)
+        kern = np.exp(-0.5 * (t / float(sigma)) ** 2)
+        kern = (kern / kern.sum()).astype(np.float32)
+        return cv2.sepFilter2D(x4, -1, kern, kern, borderType=cv2.BORDER_REPLICATE)
+    from scipy.ndimage import gaussian_filter
+
+    return gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
+
+
+_LAB_M = None
+
+
+def _srgb_to_lab32(rgb01: np.ndarray) -> np.ndarray:
+    """:func:`fairvision.skin.colour.srgb_to_lab` of (N, 3) float32 sRGB in [0, 1], all in float32
+    (that function works in float64 internally); differs from it by ~1e-4 in a*, b*. Used by ``thong``."""
+    from fairvision.skin import colour as _c
+
+    global _LAB_M
+    if _LAB_M is None:
+        _LAB_M = ((_c.RGB_TO_XYZ / _c.D65_WHITE[:, None]).T.astype(np.float32),
+                  _c._F_TO_LAB.astype(np.float32), np.float32(_c._EPS), np.float32(_c._KAPPA))
+    M, F, eps, kappa = _LAB_M
+    c = np.asarray(rgb01, dtype=np.float32)
+    lin = c + np.float32(0.055)
+    lin *= np.float32(1.0 / 1.055)
+    np.power(lin, np.float32(2.4), out=lin)
+    low = c <= np.float32(0.04045)
+    if low.any():
+        lin = np.where(low, c / np.float32(12.92), lin)
+    t = lin @ M
+    f = np.cbrt(t)
+    low = t <= eps
+    if low.any():
+        f = np.where(low, (kappa * t + np.float32(16.0)) / np.float32(116.0), f)
+    lab = f @ F
+    lab[:, 0] -= np.float32(16.0)
+    return lab
 
 
 def load_mask(path, *, skin_label: int | None = None) -> np.ndarray:
@@ -416,11 +526,12 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
     else:
         img01 = _rgb01(crop, where)
     m = m[y0:y1, x0:x1]
-    raw = img01[m]
+    raw = img01.reshape(-1, 3).take(np.flatnonzero(m), axis=0)  # = img01[m], faster
     if smooth is None:
         smooth = method.startswith("thong")
     if method == "thong-published":  # the published pipeline: float64 smoothing of the image, scikit-image's CIELAB
         px = smooth_skin_pixels(img01.astype(np.float64, copy=False), m, within_mask=False) if smooth else raw
         return _from_lab(published_lab(px), raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
     px = smooth_skin_pixels(img01, m, within_mask=(method == "thong")) if smooth else raw
-    return _from_lab(srgb_to_lab(px), raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
+    lab = _srgb_to_lab32(px) if method == "thong" else srgb_to_lab(px)
+    return _from_lab(lab, raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
