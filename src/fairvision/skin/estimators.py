@@ -106,10 +106,12 @@ def quantile_seeds(X: np.ndarray, k: int) -> np.ndarray:
     return np.array([X[idx].mean(axis=0) for idx in np.array_split(order, k)])
 
 
-def _nearest(Xa: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Index of the nearest centre for every row of ``Xa`` = [x - mu, 1] (ties to the lowest index)."""
-    W = np.vstack([-2.0 * C.T, (C ** 2).sum(axis=1)]).astype(Xa.dtype)
-    D = W.T @ Xa.T  # (k, N): |x - c|^2 - |x|^2
+def _nearest(Xc: np.ndarray, C: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Index of the nearest centre for every column of the centred planar data ``Xc`` (d, N)
+    (ties to the lowest index). Squared distances minus the constant |x|^2 come from one
+    ``(k, d) @ (d, N)`` product: |x - c|^2 - |x|^2 = |c|^2 - 2 c.x."""
+    D = np.matmul((-2.0 * C).astype(Xc.dtype), Xc, out=out)
+    D += (C ** 2).sum(axis=1).astype(Xc.dtype)[:, None]
     return _argmin_rows(D)
 
 
@@ -145,24 +147,23 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
     """
     X = np.asarray(X, dtype=np.float64)
     mu = X.mean(axis=0)
-    Xa = np.empty((X.shape[0], X.shape[1] + 1), dtype=np.float32)
-    Xa[:, :-1] = X - mu
-    Xa[:, -1] = 1.0
     cols = [np.ascontiguousarray(X[:, d] - mu[d]) for d in range(X.shape[1])]  # contiguous for bincount
-    labels, C, it = _lloyd(Xa, cols, np.array(centers, dtype=np.float64) - mu, max_iter=max_iter, tol=tol)
+    Xc = np.array(cols, dtype=np.float32)
+    labels, C, it = _lloyd(Xc, cols, np.array(centers, dtype=np.float64) - mu, max_iter=max_iter, tol=tol)
     return labels, C + mu, it
 
 
-def _lloyd(Xa: np.ndarray, cols: list, C: np.ndarray, *, max_iter: int = 300, tol: float = 1e-4):
-    """Lloyd's algorithm on centred data ``Xa`` = [x - mu, 1] (float32) with the centred feature
-    columns ``cols`` (for the centre updates) from centred centres ``C``; see :func:`kmeans_lloyd`."""
+def _lloyd(Xc: np.ndarray, cols, C: np.ndarray, *, max_iter: int = 300, tol: float = 1e-4):
+    """Lloyd's algorithm on centred planar data ``Xc`` (d, N) (float32, for the distances) with the
+    centred feature rows ``cols`` (for the centre updates) from centred centres ``C``; see
+    :func:`kmeans_lloyd`."""
     C = np.array(C, dtype=np.float64)
     k = C.shape[0]
     thresh = tol * float(np.mean([np.var(col, dtype=np.float64) for col in cols]))
     labels = None
     it = 0
     for it in range(1, max_iter + 1):
-        new = _nearest(Xa, C)
+        new = _nearest(Xc, C)
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
@@ -173,7 +174,7 @@ def _lloyd(Xa: np.ndarray, cols: list, C: np.ndarray, *, max_iter: int = 300, to
             s = np.bincount(labels, weights=col, minlength=k)
             C[nz, d] = s[nz] / counts[nz]
         if ((C - C_old) ** 2).sum() <= thresh:
-            labels = _nearest(Xa, C)
+            labels = _nearest(Xc, C)
             break
     return labels, C, it
 
@@ -221,11 +222,16 @@ def _grouped_modes(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarra
     nb = _sturges(cnt)
     norm = np.divide(nb.astype(xs.dtype), span, out=np.zeros_like(span), where=span > 0)
     stride = int(nb.max()) + 1  # one spare slot per group: the group maximum lands in bin nb
-    v = xs - np.repeat(lo, cnt, axis=1)
-    v *= np.repeat(norm, cnt, axis=1)
-    idx = v.astype(np.intp)  # numpy.histogram's floor((x - lo) * nb / span)
-    idx += np.repeat(np.arange(ng) * stride, cnt)
-    idx += (np.arange(d) * (ng * stride))[:, None]
+    offs = np.arange(ng) * stride + (np.arange(d) * (ng * stride))[:, None]  # (d, ng) flat bin offsets
+    ends = starts + cnt
+    for i in range(ng):  # in place on each group's contiguous slice (no per-pixel parameter arrays)
+        part = xs[:, starts[i]:ends[i]]
+        part -= lo[:, i:i + 1]
+        part *= norm[:, i:i + 1]
+    idx = np.empty(xs.shape, dtype=np.intp)
+    np.copyto(idx, xs, casting="unsafe")  # numpy.histogram's floor((x - lo) * nb / span)
+    for i in range(ng):
+        idx[:, starts[i]:ends[i]] += offs[:, i:i + 1]
     hist = np.bincount(idx.ravel(), minlength=d * ng * stride).reshape(d, ng, stride)
     r = np.arange(ng)
     hist[:, r, nb - 1] += hist[:, r, nb]  # the maximum goes into the last bin
@@ -304,10 +310,10 @@ MAX_CLUSTER_PIXELS = 20000
 class _ThongFit:
     """What a :func:`thong` fit leaves behind for the bootstrap: centred data, labels, centres."""
 
-    __slots__ = ("Xa", "labels", "C", "mu", "k", "top")
+    __slots__ = ("Xc", "labels", "C", "mu", "k", "top")
 
-    def __init__(self, Xa, labels, C, mu, k, top):
-        self.Xa, self.labels, self.C, self.mu, self.k, self.top = Xa, labels, C, mu, k, top
+    def __init__(self, Xc, labels, C, mu, k, top):
+        self.Xc, self.labels, self.C, self.mu, self.k, self.top = Xc, labels, C, mu, k, top
 
 
 def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_centers=None):
@@ -315,29 +321,26 @@ def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_ce
     if n < k:
         raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
     mu = np.array([L.mean(dtype=np.float64), h.mean(dtype=np.float64)])
-    Xa = np.empty((n, 3), dtype=np.float32)
-    np.subtract(L, np.float32(mu[0]), out=Xa[:, 0])
-    np.subtract(h, np.float32(mu[1]), out=Xa[:, 1])
-    Xa[:, 2] = 1.0
-    cols = lambda A: [np.ascontiguousarray(A[:, 0]), np.ascontiguousarray(A[:, 1])]  # noqa: E731
+    Xc = np.empty((2, n), dtype=np.float32)  # centred planar (L*, h*)
+    np.subtract(L, np.float32(mu[0]), out=Xc[0])
+    np.subtract(h, np.float32(mu[1]), out=Xc[1])
     Cc = None if init_centers is None else np.asarray(init_centers, dtype=np.float64) - mu
     # coarse to fine: converge on strided subsamples of coarse, 4 coarse, 16 coarse ... pixels (at most
     # MAX_CLUSTER_PIXELS), each level starting from the previous centres, the first from the quantile seeds
     size = int(coarse)
-    sub = None
     while 2 * size < n and size <= MAX_CLUSTER_PIXELS:
-        sub = np.ascontiguousarray(Xa[:: max(1, n // size)])
+        sub = np.ascontiguousarray(Xc[:, :: max(1, n // size)])
         if Cc is None:
-            Cc = quantile_seeds(sub[:, :2].astype(np.float64), k)
-        labels, Cc, n_iter = _lloyd(sub, cols(sub), Cc)
+            Cc = quantile_seeds(sub.T.astype(np.float64), k)
+        labels, Cc, n_iter = _lloyd(sub, sub, Cc)
         size *= 4
     if 2 * size >= n:  # few pixels: finish on all of them (Lloyd's algorithm converged on all pixels)
         if Cc is None:
-            Cc = quantile_seeds(Xa[:, :2].astype(np.float64), k)
-        labels, Cc, n_iter = _lloyd(Xa, cols(Xa), Cc)
+            Cc = quantile_seeds(Xc.T.astype(np.float64), k)
+        labels, Cc, n_iter = _lloyd(Xc, Xc, Cc)
     else:  # assign every pixel once to the centres converged on the last subsample
-        labels = _nearest(Xa, Cc)
-    return _ThongFit(Xa, labels, Cc, mu, k, top), n_iter
+        labels = _nearest(Xc, Cc)
+    return _ThongFit(Xc, labels, Cc, mu, k, top), n_iter
 
 
 def _thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
@@ -410,22 +413,23 @@ def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generat
     """
     k, top = fit.k, fit.top
     R = int(n_boot)
-    n = fit.Xa.shape[0]
-    idx = rng.integers(0, n, size=(R, m))
-    Xb = fit.Xa.take(idx, axis=0)  # (R, m, 3): centred L*, h*, 1
-    off = (np.arange(R, dtype=np.intp) * k)[:, None]
-    g = fit.labels.take(idx) + off  # (R, m) replicate-cluster ids
+    n = fit.Xc.shape[1]
+    idx = rng.integers(0, n, size=R * m)
+    Xb = fit.Xc.take(idx, axis=1)  # (2, R m): centred L*, h* of the replicates, one after another
+    g = fit.labels.take(idx).astype(np.intp)
+    g.reshape(R, m)[...] += (np.arange(R, dtype=np.intp) * k)[:, None]  # replicate-cluster ids
+    D = np.empty((k, m), dtype=np.float32)
     for _ in range(_BOOT_STEPS):
-        gf = g.ravel()
-        cnt = np.bincount(gf, minlength=R * k).reshape(R, k)
+        cnt = np.bincount(g, minlength=R * k).reshape(R, k)
         Cb = np.broadcast_to(fit.C, (R, k, 2)).copy()
         for d in range(2):
-            s = np.bincount(gf, weights=Xb[..., d].ravel(), minlength=R * k).reshape(R, k)
+            s = np.bincount(g, weights=Xb[d], minlength=R * k).reshape(R, k)
             np.divide(s, cnt, out=Cb[..., d], where=cnt > 0)
-        W = np.concatenate([-2.0 * Cb, (Cb ** 2).sum(axis=2, keepdims=True)], axis=2).astype(np.float32)  # (R, k, 3)
-        D = np.matmul(W, Xb.transpose(0, 2, 1))  # (R, k, m)
-        g = _argmin_rows(D.transpose(1, 0, 2)) + off
-    counts, modes = _grouped_modes(g.ravel(), Xb.reshape(-1, 3)[:, :2].T, R * k)
+        for r in range(R):  # reassign each replicate's pixels to its own centres
+            part = slice(r * m, (r + 1) * m)
+            g[part] = _nearest(Xb[:, part], Cb[r], out=D)
+            g[part] += r * k
+    counts, modes = _grouped_modes(g, Xb, R * k)
     counts = counts.reshape(R, k)
     modes = modes.reshape(R, k, 2) + fit.mu
     key = np.where(counts > 0, -modes[..., 0], np.inf)

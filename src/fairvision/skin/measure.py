@@ -341,63 +341,88 @@ def smooth_skin_pixels(image01: np.ndarray, mask: np.ndarray, sigma: float = 1.0
         num = gaussian_filter(crop * mf[..., None], sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
         den = gaussian_filter(mf, sigma=sigma, mode="nearest", truncate=4.0)
         return np.clip(num[m] / den[m][:, None], 0.0, 1.0)
-    # float32, within the mask: R*m, G*m, B*m and m filtered together as one 4-channel image
-    x4 = np.empty(crop.shape[:2] + (4,), dtype=np.float32)
-    x4[..., 3] = m
-    np.multiply(crop, x4[..., 3:], out=x4[..., :3])
-    sm = _gaussian4(x4, sigma)
-    px = sm.reshape(-1, 4).take(np.flatnonzero(m), axis=0)
-    out = px[:, :3] / px[:, 3:]
-    return np.clip(out, 0.0, 1.0, out=out)
+    return _smooth_planar(crop, m, sigma).T
 
 
-def _gaussian4(x4: np.ndarray, sigma: float) -> np.ndarray:
-    """Gaussian filter over rows and columns of an (H, W, C) float32 image, kernel truncated at 4 sigma,
-    edges repeated (scipy's ``gaussian_filter(mode="nearest", truncate=4)``); OpenCV when installed
-    (about 10x faster), else scipy. Same kernel either way; the two differ only in float rounding."""
-    radius = int(4.0 * float(sigma) + 0.5)
+def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.ndarray:
+    """Within-mask Gaussian smoothing (normalised convolution, see :func:`smooth_skin_pixels`) of the
+    mask pixels of ``crop`` (uint8, or float in [0, 1]), as a (3, N) float32 array in [0, 1].
+
+    R*m, G*m, B*m and m are filtered together as one 4-channel image, with OpenCV when it is
+    installed (about 10x faster than scipy; same kernel, float rounding aside). From uint8 the
+    image is widened to RGBA in one call and zeroed outside the mask as one 32-bit word per
+    pixel, and the filter reads uint8 and writes float32 (no float copy of the image).
+    """
+    radius = int(4.0 * float(sigma) + 0.5)  # scipy's truncate=4
+    t = np.arange(-radius, radius + 1, dtype=np.float64)
+    kern = np.exp(-0.5 * (t / float(sigma)) ** 2)
+    kern = (kern / kern.sum()).astype(np.float32)
     try:
         import cv2
     except ImportError:  # OpenCV is an optional dependency
         cv2 = None
-    if cv2 is not None and sigma > 0:
-        t = np.arange(-radius, radius + 1, dtype=np.float64)
-        kern = np.exp(-0.5 * (t / float(sigma)) ** 2)
-        kern = (kern / kern.sum()).astype(np.float32)
-        return cv2.sepFilter2D(x4, -1, kern, kern, borderType=cv2.BORDER_REPLICATE)
-    from scipy.ndimage import gaussian_filter
+    if crop.dtype == np.uint8 and cv2 is not None:
+        x4 = cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2RGBA)  # alpha 255
+        x32 = x4.view(np.uint32).reshape(m.shape)
+        np.multiply(x32, m, out=x32)  # whole pixel (RGB and alpha) to 0 outside the mask
+        sm = cv2.sepFilter2D(x4, cv2.CV_32F, kern, kern, borderType=cv2.BORDER_REPLICATE)
+    else:
+        img = crop.astype(np.float32) / np.float32(255.0) if crop.dtype == np.uint8 else crop.astype(np.float32, copy=False)
+        x4 = np.empty(m.shape + (4,), dtype=np.float32)
+        mf = m.astype(np.float32)
+        for c in range(3):
+            np.multiply(img[..., c], mf, out=x4[..., c])
+        x4[..., 3] = mf
+        if cv2 is not None:
+            sm = cv2.sepFilter2D(x4, -1, kern, kern, borderType=cv2.BORDER_REPLICATE)
+        else:
+            from scipy.ndimage import gaussian_filter
 
-    return gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
+            sm = gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
+    P = sm.reshape(-1, 4).take(np.flatnonzero(m), axis=0).T  # (4, N) view
+    out = np.empty((3, P.shape[1]), dtype=np.float32)
+    w = np.ascontiguousarray(P[3])
+    for c in range(3):  # row by row: numpy would iterate the (3, N) view with an inner loop of 3
+        np.divide(P[c], w, out=out[c])
+    return np.clip(out, 0.0, 1.0, out=out)
 
 
 _LAB_M = None
 
 
-def _srgb_to_lab32(rgb01: np.ndarray) -> np.ndarray:
-    """:func:`fairvision.skin.colour.srgb_to_lab` of (N, 3) float32 sRGB in [0, 1], all in float32
-    (that function works in float64 internally); differs from it by ~1e-4 in a*, b*. Used by ``thong``."""
+def _lab_planar(P: np.ndarray) -> np.ndarray:
+    """:func:`fairvision.skin.colour.srgb_to_lab` of planar (3, N) sRGB in [0, 1], in float32 and in
+    place where possible (that function works in float64 internally; the two differ by ~1e-4 in
+    a*, b*). Returns planar (3, N) L*, a*, b*. Used by ``thong``."""
     from fairvision.skin import colour as _c
 
     global _LAB_M
     if _LAB_M is None:
-        _LAB_M = ((_c.RGB_TO_XYZ / _c.D65_WHITE[:, None]).T.astype(np.float32),
-                  _c._F_TO_LAB.astype(np.float32), np.float32(_c._EPS), np.float32(_c._KAPPA))
-    M, F, eps, kappa = _LAB_M
-    c = np.asarray(rgb01, dtype=np.float32)
-    lin = c + np.float32(0.055)
-    lin *= np.float32(1.0 / 1.055)
-    np.power(lin, np.float32(2.4), out=lin)
-    low = c <= np.float32(0.04045)
-    if low.any():
-        lin = np.where(low, c / np.float32(12.92), lin)
-    t = lin @ M
-    f = np.cbrt(t)
-    low = t <= eps
-    if low.any():
-        f = np.where(low, (kappa * t + np.float32(16.0)) / np.float32(116.0), f)
-    lab = f @ F
-    lab[:, 0] -= np.float32(16.0)
-    return lab
+        _LAB_M = ((_c.RGB_TO_XYZ / _c.D65_WHITE[:, None]).astype(np.float32), np.float32(_c._EPS),
+                  np.float32(_c._KAPPA))
+    M, eps, kappa = _LAB_M
+    if P.dtype != np.float32 or not P.flags.c_contiguous:
+        P = np.array(P, dtype=np.float32, order="C")
+    low = P <= np.float32(0.04045)
+    lowv = P[low] / np.float32(12.92) if low.any() else None
+    P += np.float32(0.055)
+    P *= np.float32(1.0 / 1.055)
+    np.power(P, np.float32(2.4), out=P)
+    if lowv is not None:
+        P[low] = lowv
+    T = M @ P  # t = XYZ / white
+    low = T <= eps
+    lowv = (kappa * T[low] + np.float32(16.0)) / np.float32(116.0) if low.any() else None
+    np.cbrt(T, out=T)
+    if lowv is not None:
+        T[low] = lowv
+    np.subtract(T[0], T[1], out=P[1])
+    P[1] *= np.float32(500.0)
+    np.subtract(T[1], T[2], out=P[2])
+    P[2] *= np.float32(200.0)
+    np.multiply(T[1], np.float32(116.0), out=P[0])
+    P[0] -= np.float32(16.0)
+    return P
 
 
 def load_mask(path, *, skin_label: int | None = None) -> np.ndarray:
@@ -529,9 +554,11 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
     raw = img01.reshape(-1, 3).take(np.flatnonzero(m), axis=0)  # = img01[m], faster
     if smooth is None:
         smooth = method.startswith("thong")
+    if method == "thong" and smooth:  # planar float32 pipeline straight from the (uint8) crop
+        lab = _lab_planar(_smooth_planar(crop if crop.dtype == np.uint8 else img01, m)).T
+        return _from_lab(lab, raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
     if method == "thong-published":  # the published pipeline: float64 smoothing of the image, scikit-image's CIELAB
         px = smooth_skin_pixels(img01.astype(np.float64, copy=False), m, within_mask=False) if smooth else raw
         return _from_lab(published_lab(px), raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
     px = smooth_skin_pixels(img01, m, within_mask=(method == "thong")) if smooth else raw
-    lab = _srgb_to_lab32(px) if method == "thong" else srgb_to_lab(px)
-    return _from_lab(lab, raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
+    return _from_lab(srgb_to_lab(px), raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
