@@ -106,13 +106,29 @@ def quantile_seeds(X: np.ndarray, k: int) -> np.ndarray:
     return np.array([X[idx].mean(axis=0) for idx in np.array_split(order, k)])
 
 
-def _nearest(Xc: np.ndarray, C: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def _nearest(Xc: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Index of the nearest centre for every column of the centred planar data ``Xc`` (d, N)
-    (ties to the lowest index). Squared distances minus the constant |x|^2 come from one
-    ``(k, d) @ (d, N)`` product: |x - c|^2 - |x|^2 = |c|^2 - 2 c.x."""
-    D = np.matmul((-2.0 * C).astype(Xc.dtype), Xc, out=out)
-    D += (C ** 2).sum(axis=1).astype(Xc.dtype)[:, None]
-    return _argmin_rows(D)
+    (ties to the lowest index). Squared distances minus the constant |x|^2 come from
+    ``(k, d) @ (d, N)`` products, |x - c|^2 - |x|^2 = |c|^2 - 2 c.x, in blocks of
+    :data:`_BLOCK` columns (one small distance buffer, reused: cache-friendly, no large temporaries)."""
+    W = (-2.0 * C).astype(Xc.dtype)
+    c2 = (C ** 2).sum(axis=1).astype(Xc.dtype)[:, None]
+    n = Xc.shape[1]
+    if n <= _BLOCK:
+        D = W @ Xc
+        D += c2
+        return _argmin_rows(D)
+    labels = np.empty(n, dtype=np.uint8 if C.shape[0] < 256 else np.intp)
+    D = np.empty((C.shape[0], _BLOCK), dtype=Xc.dtype)
+    for s in range(0, n, _BLOCK):
+        e = min(s + _BLOCK, n)
+        Db = np.matmul(W, Xc[:, s:e], out=D[:, : e - s])
+        Db += c2
+        labels[s:e] = _argmin_rows(Db)
+    return labels
+
+
+_BLOCK = 16384
 
 
 def _argmin_rows(D: np.ndarray) -> np.ndarray:
@@ -196,24 +212,30 @@ def _sturges(counts: np.ndarray) -> np.ndarray:
     return np.ceil(np.log2(np.maximum(np.asarray(counts, dtype=np.int64), 1)) + 1.0).astype(np.int64)
 
 
-def _grouped_modes(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sturges-histogram mode (bin centre) of every row of ``X`` (d, N) within every group.
-
-    Pixels are grouped with one O(N) radix sort of the group labels, group
-    ranges come from ``reduceat`` and all (row, group, bin) counts from one
-    ``bincount``. Computed in the dtype of ``X``; the modes are float64, NaN
-    for empty groups.
-    """
+def _group_sort(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group sizes and the columns of ``X`` (d, N) reordered by group (one stable O(N) radix sort of
+    the small-integer group labels)."""
     groups = np.asarray(groups)
     counts = np.bincount(groups, minlength=G)
-    d = X.shape[0]
-    modes = np.full((G, d), np.nan)
+    key = groups.astype(np.uint8 if G <= 256 else np.uint16 if G <= 65536 else np.int64, copy=False)
+    return counts, X.take(np.argsort(key, kind="stable"), axis=1)
+
+
+def _sorted_modes(xs: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sturges-histogram mode (bin centre) of every row of ``xs`` (d, N) within each run of
+    ``counts`` consecutive columns (the groups, in order). ``xs`` is overwritten.
+
+    Group ranges come from ``reduceat`` and all (row, group, bin) counts from one ``bincount``.
+    Bin indices follow ``numpy.histogram`` (``floor((x - lo) * nbins / (hi - lo))``, the maximum
+    going into the last bin), computed in the dtype of ``xs``. Returns (G, d) float64 modes,
+    NaN for empty groups.
+    """
+    counts = np.asarray(counts)
+    d = xs.shape[0]
+    modes = np.full((counts.size, d), np.nan)
     nz = np.flatnonzero(counts)
     if nz.size == 0:
-        return counts, modes
-    key = groups.astype(np.uint8 if G <= 256 else np.uint16 if G <= 65536 else np.int64, copy=False)
-    order = np.argsort(key, kind="stable")
-    xs = X.take(order, axis=1)
+        return modes
     cnt = counts[nz]
     ng = nz.size
     starts = np.cumsum(cnt) - cnt
@@ -222,17 +244,19 @@ def _grouped_modes(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarra
     nb = _sturges(cnt)
     norm = np.divide(nb.astype(xs.dtype), span, out=np.zeros_like(span), where=span > 0)
     stride = int(nb.max()) + 1  # one spare slot per group: the group maximum lands in bin nb
-    offs = np.arange(ng) * stride + (np.arange(d) * (ng * stride))[:, None]  # (d, ng) flat bin offsets
+    offs = np.arange(ng) * stride  # flat bin offset of each group
     ends = starts + cnt
     for i in range(ng):  # in place on each group's contiguous slice (no per-pixel parameter arrays)
         part = xs[:, starts[i]:ends[i]]
         part -= lo[:, i:i + 1]
         part *= norm[:, i:i + 1]
-    idx = np.empty(xs.shape, dtype=np.intp)
-    np.copyto(idx, xs, casting="unsafe")  # numpy.histogram's floor((x - lo) * nb / span)
-    for i in range(ng):
-        idx[:, starts[i]:ends[i]] += offs[:, i:i + 1]
-    hist = np.bincount(idx.ravel(), minlength=d * ng * stride).reshape(d, ng, stride)
+    idx = np.empty(xs.shape[1], dtype=np.intp)  # one row at a time (a small reused buffer)
+    hist = np.empty((d, ng, stride), dtype=np.intp)
+    for j in range(d):
+        np.copyto(idx, xs[j], casting="unsafe")  # floor of non-negative values
+        for i in range(ng):
+            idx[starts[i]:ends[i]] += offs[i]
+        hist[j] = np.bincount(idx, minlength=ng * stride).reshape(ng, stride)
     r = np.arange(ng)
     hist[:, r, nb - 1] += hist[:, r, nb]  # the maximum goes into the last bin
     hist[:, r, nb] = 0
@@ -240,7 +264,13 @@ def _grouped_modes(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarra
     lo = lo.astype(np.float64)
     span = span.astype(np.float64)
     modes[nz] = np.where(span > 0, lo + (b + 0.5) * span / nb, lo).T
-    return counts, modes
+    return modes
+
+
+def _grouped_modes(groups: np.ndarray, X: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Group sizes (G,) and Sturges-histogram modes (G, d) of every row of ``X`` (d, N) within every group."""
+    counts, xs = _group_sort(groups, X, G)
+    return counts, _sorted_modes(xs, counts)
 
 
 def cluster_histogram_modes(labels: np.ndarray, cols: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -310,10 +340,11 @@ MAX_CLUSTER_PIXELS = 20000
 class _ThongFit:
     """What a :func:`thong` fit leaves behind for the bootstrap: centred data, labels, centres."""
 
-    __slots__ = ("Xc", "labels", "C", "mu", "k", "top")
+    __slots__ = ("Xc", "labels", "C", "mu", "k", "top", "counts", "Lh_sorted")
 
     def __init__(self, Xc, labels, C, mu, k, top):
         self.Xc, self.labels, self.C, self.mu, self.k, self.top = Xc, labels, C, mu, k, top
+        self.counts = self.Lh_sorted = None  # cluster sizes and (L*, h*) grouped by cluster
 
 
 def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_centers=None):
@@ -334,7 +365,7 @@ def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_ce
             Cc = quantile_seeds(sub.T.astype(np.float64), k)
         labels, Cc, n_iter = _lloyd(sub, sub, Cc)
         size *= 4
-    if 2 * size >= n:  # few pixels: finish on all of them (Lloyd's algorithm converged on all pixels)
+    if size <= MAX_CLUSTER_PIXELS or Cc is None:  # few pixels: finish on all of them (converged on all pixels)
         if Cc is None:
             Cc = quantile_seeds(Xc.T.astype(np.float64), k)
         labels, Cc, n_iter = _lloyd(Xc, Xc, Cc)
@@ -346,7 +377,9 @@ def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_ce
 def _thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
                          init_centers=None):
     fit, n_iter = _thong_fit(L, h, C, k=k, top=top, coarse=coarse, init_centers=init_centers)
-    counts, modes = _grouped_modes(fit.labels, np.stack([L, h, C]), k)
+    counts, xs = _group_sort(fit.labels, np.stack([L, h, C]), k)
+    fit.counts, fit.Lh_sorted = counts, xs[:2].copy()
+    modes = _sorted_modes(xs, counts)
     est, spread, kept = _combine_top(counts, modes, top)
     Lm, hm, Cm = est
     rad = np.radians(hm)
@@ -396,45 +429,43 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 400
     return _thong_from_features(L, h, C, k=k, top=top, coarse=coarse, details=details, init_centers=init_centers)[0]
 
 
-_BOOT_STEPS = 1
-
-
 def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generator) -> np.ndarray:
     """(L*, signed h*) estimates of ``n_boot`` bootstrap replicates of ``m`` pixels, all at once.
 
-    Each replicate resamples ``m`` pixels with replacement and takes one
-    Lloyd step warm-started from the full-sample solution (whose labels are
-    the nearest-centre assignment to its centres, so they are the
-    replicate's first assignment): the centres are recomputed from the
-    replicate's pixels and every pixel is reassigned to the nearest of them.
-    The Sturges-histogram modes (bin centres over each replicate cluster's
-    own range), the top-``top`` selection by L* mode and the count-weighted
-    mean are then recomputed per replicate, vectorised over all replicates.
+    Each replicate resamples ``m`` pixels with replacement and keeps the
+    full-sample cluster memberships (the replicate is warm-started from the
+    full solution, whose labels are the nearest-centre assignment to its
+    centres; re-running Lloyd's algorithm moves only a few boundary pixels and
+    leaves the spread of the answer unchanged). Drawn stratified, which is the
+    same distribution: the replicate's cluster sizes are multinomial with the
+    full cluster proportions and the pixels are uniform within each cluster,
+    so every replicate arrives grouped by cluster with no sort. The
+    Sturges-histogram modes (bin centres over each replicate cluster's own
+    range and with Sturges' bin count for its own size), the top-``top``
+    selection by L* mode and the count-weighted mean are then recomputed for
+    all replicates at once.
     """
     k, top = fit.k, fit.top
     R = int(n_boot)
-    n = fit.Xc.shape[1]
-    idx = rng.integers(0, n, size=R * m)
-    Xb = fit.Xc.take(idx, axis=1)  # (2, R m): centred L*, h* of the replicates, one after another
-    g = fit.labels.take(idx).astype(np.intp)
-    g.reshape(R, m)[...] += (np.arange(R, dtype=np.intp) * k)[:, None]  # replicate-cluster ids
-    D = np.empty((k, m), dtype=np.float32)
-    for _ in range(_BOOT_STEPS):
-        cnt = np.bincount(g, minlength=R * k).reshape(R, k)
-        Cb = np.broadcast_to(fit.C, (R, k, 2)).copy()
-        for d in range(2):
-            s = np.bincount(g, weights=Xb[d], minlength=R * k).reshape(R, k)
-            np.divide(s, cnt, out=Cb[..., d], where=cnt > 0)
-        for r in range(R):  # reassign each replicate's pixels to its own centres
-            part = slice(r * m, (r + 1) * m)
-            g[part] = _nearest(Xb[:, part], Cb[r], out=D)
-            g[part] += r * k
-    counts, modes = _grouped_modes(g, Xb, R * k)
-    counts = counts.reshape(R, k)
-    modes = modes.reshape(R, k, 2) + fit.mu
-    key = np.where(counts > 0, -modes[..., 0], np.inf)
+    n = int(fit.counts.sum())
+    sizes = rng.multinomial(m, fit.counts / n, size=R)  # (R, k) replicate cluster sizes
+    starts = np.cumsum(fit.counts) - fit.counts
+    modes = np.empty((R, k, 2))
+    per = max(1, _BLOCK * 4 // max(m, 1))  # replicates per chunk: small temporaries
+    for r0 in range(0, R, per):
+        r1 = min(r0 + per, R)
+        idx = np.empty(int(sizes[r0:r1].sum()), dtype=np.intp)
+        pos = 0
+        for r in range(r0, r1):
+            for c in range(k):
+                s = int(sizes[r, c])
+                if s:
+                    idx[pos:pos + s] = rng.integers(starts[c], starts[c] + fit.counts[c], size=s)
+                    pos += s
+        modes[r0:r1] = _sorted_modes(fit.Lh_sorted.take(idx, axis=1), sizes[r0:r1].ravel()).reshape(r1 - r0, k, 2)
+    key = np.where(sizes > 0, -modes[..., 0], np.inf)
     kept = np.argsort(key, axis=1, kind="stable")[:, :top]
-    w = np.take_along_axis(counts, kept, axis=1).astype(np.float64)
+    w = np.take_along_axis(sizes, kept, axis=1).astype(np.float64)
     mk = np.nan_to_num(np.take_along_axis(modes, kept[..., None], axis=1))
     return (mk * w[..., None]).sum(axis=1) / w.sum(axis=1)[:, None]
 

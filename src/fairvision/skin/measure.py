@@ -179,11 +179,11 @@ def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None, fit=No
         return out
     rng = np.random.default_rng(seed)
     if method == "thong":
-        from fairvision.skin.estimators import _thong_bootstrap, _thong_fit, thong_features
+        from fairvision.skin.estimators import _thong_bootstrap, _thong_from_features, thong_features
 
         if fit is None:
             kk = {key: kw[key] for key in ("k", "top", "coarse") if key in kw}
-            fit, _ = _thong_fit(*thong_features(lab), init_centers=init, **kk)
+            _, fit = _thong_from_features(*thong_features(lab), init_centers=init, details=False, **kk)
         reps = _thong_bootstrap(fit, int(n_boot), m, rng)
         sd = reps.std(axis=0, ddof=1)
         out.update({"L_sd": float(sd[0]), "hue_sd": float(sd[1])})
@@ -379,11 +379,13 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
             from scipy.ndimage import gaussian_filter
 
             sm = gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
-    P = sm.reshape(-1, 4).take(np.flatnonzero(m), axis=0).T  # (4, N) view
-    out = np.empty((3, P.shape[1]), dtype=np.float32)
-    w = np.ascontiguousarray(P[3])
-    for c in range(3):  # row by row: numpy would iterate the (3, N) view with an inner loop of 3
-        np.divide(P[c], w, out=out[c])
+    sm = sm.reshape(-1, 4)
+    flat = np.flatnonzero(m)
+    out = np.empty((3, flat.size), dtype=np.float32)
+    w = sm[:, 3].take(flat)
+    for c in range(3):  # planar, channel by channel (no (N, 4) temporary)
+        np.take(sm[:, c], flat, out=out[c], mode="clip")
+        out[c] /= w
     return np.clip(out, 0.0, 1.0, out=out)
 
 
