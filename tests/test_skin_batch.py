@@ -259,3 +259,15 @@ def test_changed_code_is_a_cache_miss(few, tmp_path, monkeypatch):
     assert measure_images(few.head(2), **kw).from_cache.all()
     monkeypatch.setattr(sb, "code_signature", lambda: "different code")
     assert not measure_images(few.head(2), **kw).from_cache.any()
+
+
+def test_deferred_second_chance_gives_the_in_process_answer(portraits):
+    """With a pool, mesh misses get their detector + dlib second chance at the end, in one worker;
+    the rows must equal a plain in-process run."""
+    sub = portraits[portraits.sample_id.isin(["001", "002", "003", "012", "024", "030"])]
+    pooled = measure_images(sub, method="mean", workers=2, progress=False, categories=False)
+    inline = measure_images(sub, method="mean", workers=1, progress=False, categories=False)
+    assert pooled.ok.all() and inline.ok.all()
+    assert (pooled.face_source == inline.face_source).all()
+    assert (pooled.face_source == "detector+dlib").sum() == 3
+    assert np.allclose(pooled.L, inline.L, atol=1e-6) and (pooled.n_pixels == inline.n_pixels).all()

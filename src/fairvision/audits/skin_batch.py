@@ -240,11 +240,22 @@ def _preload(params: dict) -> None:
         import dlib  # noqa: F401
 
 
-def _load_dlib_predictor() -> None:
-    try:
-        from fairvision.vision import dlib_landmarks
+def _load_dlib_predictor(lock: bool = True) -> None:
+    """Load dlib's 68-landmark model into this process's cache (for forked workers to inherit).
 
-        dlib_landmarks._get("predictor")
+    ``lock=False`` does not hold the model cache's lock while loading, so that a
+    worker forked meanwhile does not inherit a held lock (it simply has no model
+    and loads its own if it ever needs one).
+    """
+    try:
+        from fairvision.vision import dlib_landmarks as dl
+
+        if lock:
+            dl._get("predictor")
+        elif "predictor" not in dl._CACHE:
+            import dlib
+
+            dl._CACHE.setdefault("predictor", dlib.shape_predictor(str(dl.model_path())))
     except Exception:  # noqa: BLE001 - dlib missing: the mask step reports it per image
         pass
 
@@ -326,10 +337,16 @@ def _measure_one(task: dict) -> dict:
         except InputFileError as exc:
             rec.update(reason=str(exc), mask_method="file", n_faces=0, n_pixels=0, flags="bad_mask")
             return rec
+    elif params["mask_method"] == "colour":
+        mres = skin_mask(image, "colour", min_pixels=params["min_pixels"])
     else:
+        extra = {"detector_fallback": False} if task.get("defer_fallback") else {}
         mres = skin_mask(
-            image, params["mask_method"], faces=params["faces"], max_faces=params["max_faces"], min_pixels=params["min_pixels"]
-        ) if params["mask_method"] != "colour" else skin_mask(image, "colour", min_pixels=params["min_pixels"])
+            image, params["mask_method"], faces=params["faces"], max_faces=params["max_faces"],
+            min_pixels=params["min_pixels"], **extra,
+        )
+        if extra and mres.reason == "no face found":
+            return {"_retry": True}  # second chance later, in one worker (see measure_images)
     meas = None
     if mres.ok:
         meas = measure(image, mask=mres.mask, method=params["method"], mask_trust=mres.trust, **params["measure_options"])
@@ -500,35 +517,53 @@ def measure_images(
         keys[len(tasks)] = (i, key)
         tasks.append({"image_path": path, "mask_path": mask_paths[i], "overlay_path": ov, "params": params})
 
-    if tasks and params["mask_method"] in ("mediapipe", "auto", "dlib"):
-        # dlib's 68-landmark model takes ~0.5 s to load and releases the GIL meanwhile: load it
-        # once here, overlapping the imports (or, in-process, the first images), instead of once
-        # per worker; forked workers inherit it (it has no threads, so forking stays safe)
-        loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
-        loader.start()
-        if int(workers) > 1:
-            _preload(params)  # import once here; forked workers inherit the modules
+    workers = max(1, int(workers))
+    # With a pool and the mediapipe mask, images the face mesh misses are set aside and given
+    # their second chance (detector + dlib's 68 landmarks) at the end, by one worker: dlib's
+    # model takes ~0.5 s to load, so it is loaded once, in this process, in the background
+    # (it releases the GIL) as soon as the first miss shows up, and inherited by that worker.
+    defer = workers > 1 and params["mask_method"] == "mediapipe" and len(tasks) > 1
+    loader: threading.Thread | None = None
+    if tasks and workers > 1:
+        if params["mask_method"] in ("auto", "dlib"):  # needed from the start: load once, then fork
+            loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
+            loader.start()
+        _preload(params)  # import once here; forked workers inherit the modules
+        if loader is not None:
             loader.join()
-    elif tasks and int(workers) > 1:
-        _preload(params)
     callback, close = _progress_reporter(progress, len(tasks))
+
+    def record(t: int, outcome) -> None:
+        i, key = keys[t]
+        if outcome.ok:
+            rec = outcome.value
+            if key is not None:
+                _write_cached(cache, key, rec)
+        else:
+            f = outcome.failure
+            rec = {"ok": False, "reason": f"{f.error}: {f.message}" if f.message else f.error, "flags": "error",
+                   "mask_method": mask_method, "n_pixels": 0}
+        records[i] = {**rec, "from_cache": False}
+        if callback is not None:  # after the cache write, so an interrupt loses nothing finished
+            callback(outcome)
+
+    run = dict(initializer=_init_worker, initargs=(params,), ordered=False, preload=_PRELOAD)
+    retry: list[int] = []
     try:
-        for outcome in imap(
-            _measure_one, tasks, workers=max(1, int(workers)), initializer=_init_worker, initargs=(params,),
-            ordered=False, preload=_PRELOAD,
-        ):
-            i, key = keys[outcome.index]
-            if outcome.ok:
-                rec = outcome.value
-                if key is not None:
-                    _write_cached(cache, key, rec)
-            else:
-                f = outcome.failure
-                rec = {"ok": False, "reason": f"{f.error}: {f.message}" if f.message else f.error, "flags": "error",
-                       "mask_method": mask_method, "n_pixels": 0}
-            records[i] = {**rec, "from_cache": False}
-            if callback is not None:  # after the cache write, so an interrupt loses nothing finished
-                callback(outcome)
+        first = [dict(t, defer_fallback=True) for t in tasks] if defer else tasks
+        for outcome in imap(_measure_one, first, workers=workers, **run):
+            if outcome.ok and outcome.value.get("_retry"):
+                retry.append(outcome.index)
+                if loader is None:
+                    loader = threading.Thread(target=_load_dlib_predictor, args=(False,), daemon=True)
+                    loader.start()
+                continue
+            record(outcome.index, outcome)
+        if retry:
+            loader.join()
+            second = [tasks[t] for t in retry]
+            for outcome in imap(_measure_one, second, workers=1, in_process=False, **run):
+                record(retry[outcome.index], outcome)
     finally:
         close()
     return _assemble(df, records, categories)

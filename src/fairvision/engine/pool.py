@@ -168,6 +168,7 @@ def imap(
     max_in_flight: int | None = None,
     preload: Sequence[str] = (),
     threads_per_worker: int | None = 1,
+    in_process: bool | None = None,
 ) -> Iterator[Outcome]:
     """Apply ``fn`` to every item, yielding an :class:`Outcome` per item.
 
@@ -198,6 +199,10 @@ def imap(
         Native threads (BLAS, OpenMP, OpenCV) each worker process may use;
         default 1, so N workers use N cores. None leaves them alone. Not
         applied in in-process mode.
+    in_process : bool, optional
+        Run in this process (default: when ``workers == 1`` or there is one
+        item). False forces a pool even for one worker, e.g. to keep models
+        out of this process.
     preload : sequence of str
         Modules for the fork server to import once (``forkserver`` only; with
         ``fork`` the workers inherit whatever this process imported).
@@ -215,7 +220,9 @@ def imap(
     if n == 0:
         return
     indexed = list(enumerate(items))
-    if workers == 1 or n == 1:
+    if in_process is None:
+        in_process = workers == 1 or n == 1
+    if in_process:
         if initializer is not None:
             initializer(*initargs)
         for index, item in indexed:
