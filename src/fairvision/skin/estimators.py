@@ -451,7 +451,7 @@ def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generat
     sizes = rng.multinomial(m, fit.counts / n, size=R)  # (R, k) replicate cluster sizes
     starts = np.cumsum(fit.counts) - fit.counts
     modes = np.empty((R, k, 2))
-    per = max(1, _BLOCK * 4 // max(m, 1))  # replicates per chunk: small temporaries
+    per = max(1, (1 << 18) // max(m, 1))  # replicates per chunk (bounded temporaries)
     for r0 in range(0, R, per):
         r1 = min(r0 + per, R)
         idx = np.empty(int(sizes[r0:r1].sum()), dtype=np.intp)

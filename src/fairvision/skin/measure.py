@@ -235,8 +235,9 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
         flags.append("low_stability")
     r, g, b = raw_rgb01[:, 0], raw_rgb01[:, 1], raw_rgb01[:, 2]
     brightest = np.maximum(np.maximum(r, g), b)
-    hi = float(np.count_nonzero(brightest >= 254.0 / 255.0)) / n  # any channel near saturation
-    lo = float(np.count_nonzero(brightest <= 2.0 / 255.0)) / n  # every channel near black
+    top, bottom = (254, 2) if raw_rgb01.dtype == np.uint8 else (254.0 / 255.0, 2.0 / 255.0)  # uint8: same pixels
+    hi = float(np.count_nonzero(brightest >= top)) / n  # any channel near saturation
+    lo = float(np.count_nonzero(brightest <= bottom)) / n  # every channel near black
     if hi > opts["clip_fraction"]:
         flags.append("clipped_highlights")
     if lo > opts["clip_fraction"]:
@@ -361,6 +362,8 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
         import cv2
     except ImportError:  # OpenCV is an optional dependency
         cv2 = None
+    flat = np.flatnonzero(m)
+    out = np.empty((3, flat.size), dtype=np.float32)
     if crop.dtype == np.uint8 and cv2 is not None:
         x4 = cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2RGBA)  # alpha 255
         x32 = x4.view(np.uint32).reshape(m.shape)
@@ -380,8 +383,6 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
 
             sm = gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
     sm = sm.reshape(-1, 4)
-    flat = np.flatnonzero(m)
-    out = np.empty((3, flat.size), dtype=np.float32)
     w = sm[:, 3].take(flat)
     for c in range(3):  # planar, channel by channel (no (N, 4) temporary)
         np.take(sm[:, c], flat, out=out[c], mode="clip")
@@ -389,7 +390,7 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
     return np.clip(out, 0.0, 1.0, out=out)
 
 
-_LAB_M = None
+_LAB_M = None  # float32 constants of _lab_planar
 
 
 def _lab_planar(P: np.ndarray) -> np.ndarray:
@@ -537,7 +538,7 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
         mask_label = "supplied"
         if mask_trust == "low":
             flags.append("low_trust_mask")
-    n = int(m.sum())
+    n = int(np.count_nonzero(m))
     if n < max(int(opts["min_pixels"]), 5):
         flags.append("too_few_pixels")
         return _failed(method, f"too few skin pixels ({n} < {opts['min_pixels']})", flags, n,
@@ -548,16 +549,21 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
     y0, y1 = max(rows[0] - 6, 0), min(rows[-1] + 7, m.shape[0])
     x0, x1 = max(cols[0] - 6, 0), min(cols[-1] + 7, m.shape[1])
     crop = img[y0:y1, x0:x1]
+    if smooth is None:
+        smooth = method.startswith("thong")
+    if method == "thong" and smooth and crop.dtype == np.uint8:  # planar float32 pipeline straight from uint8
+        m = m[y0:y1, x0:x1]
+        raw = np.ascontiguousarray(crop).reshape(-1, 3).take(np.flatnonzero(m), axis=0)  # uint8 skin pixels
+        lab = _lab_planar(_smooth_planar(crop, m)).T
+        return _from_lab(lab, raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
     if method == "thong-published" and crop.dtype == np.uint8:
         img01 = crop / 255.0  # float64, as scikit-image's img_as_float
     else:
         img01 = _rgb01(crop, where)
     m = m[y0:y1, x0:x1]
     raw = img01.reshape(-1, 3).take(np.flatnonzero(m), axis=0)  # = img01[m], faster
-    if smooth is None:
-        smooth = method.startswith("thong")
-    if method == "thong" and smooth:  # planar float32 pipeline straight from the (uint8) crop
-        lab = _lab_planar(_smooth_planar(crop if crop.dtype == np.uint8 else img01, m)).T
+    if method == "thong" and smooth:  # planar float32 pipeline
+        lab = _lab_planar(_smooth_planar(img01, m)).T
         return _from_lab(lab, raw, method, flags=flags, mask_method=mask_label, n_faces=n_faces, opts=opts)
     if method == "thong-published":  # the published pipeline: float64 smoothing of the image, scikit-image's CIELAB
         px = smooth_skin_pixels(img01.astype(np.float64, copy=False), m, within_mask=False) if smooth else raw
