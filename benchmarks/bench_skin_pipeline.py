@@ -228,7 +228,7 @@ def main() -> int:
     print(f"  fairvision, {args.workers} workers   : {n / tf:6.1f} images/s ({tf:.2f} s incl. pool start and model loading), "
           f"faces found in {found}/{n}")
     best = min(fast, key=lambda r: r["seconds"])
-    print(f"    first result after      : {best['first']:6.2f} s (pool start, loading dlib's 68-landmark model, first image)")
+    print(f"    first result after      : {best['first']:6.2f} s (pool start, model construction, first image)")
     print(f"    steady state            : {max(r['steady'] for r in fast):6.1f} images/s (after the first {2 * args.workers} images)")
     print(f"  naive loop, 1 process     : {n / tn:6.1f} images/s ({tn:.2f} s), faces found in {found}/{n} (results equal)")
     print(f"  speed-up vs naive         : {tn / tf:6.2f}x")

@@ -5,8 +5,11 @@ skin mask (:func:`fairvision.skin.masks.skin_mask`, or a supplied mask file),
 colour estimate (:func:`fairvision.skin.measure`, METHODS.md sections 1-2),
 then the skin-colour categories (:func:`fairvision.skin.categories.add_categories`).
 
-- Parallel: a local process pool (:mod:`fairvision.engine`) whose workers build
-  the face models once each.
+- Parallel: a local process pool (:mod:`fairvision.engine`) of single-threaded
+  workers that build the face mesh once each. Images the mesh misses get their
+  second chance (face detector + dlib's 68 landmarks) at the end, in one worker,
+  so dlib's model (about 0.5 s to load) is loaded once per run, in the
+  background, and only when needed.
 - Resumable cache: one small JSON record per image in ``cache_dir``, named by
   a SHA-256 of the image's absolute path, size and modification time, the mask
   file's (if any), every parameter that changes the answer, the package
