@@ -9,8 +9,10 @@ Same 1024 x 1024 image and skin mask for both, side by side in one run:
   LEFT bin edge as mode, top-3 clusters by L* mode, pixel-count-weighted mean;
 - fairvision ``measure(image, mask, "thong")``: the whole measurement
   (within-mask smoothing of the mask's bounding box, CIELAB, quantile-seeded
-  vectorised Lloyd's algorithm, vectorised histogram modes, AND the 10-replicate
-  bootstrap stability measure and quality flags).
+  vectorised Lloyd's algorithm on strided subsamples of at most ~20k pixels
+  and one nearest-centre assignment of all pixels, histogram modes of all
+  pixels, AND the 10-replicate bootstrap stability measure, spread and
+  quality flags: the default behaviour).
 
 Checks: both estimates agree within one histogram bin (the two differ by
 design: bin centre vs left edge, atan2 vs arctan hue, within-mask smoothing);

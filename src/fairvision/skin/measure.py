@@ -71,10 +71,17 @@ class SkinMeasurement:
         are resampled (fixed seed, so reproducible). When the image has more
         pixels than a replicate this overstates the uncertainty of the
         full-image estimate (conservative). For ``thong`` each replicate
-        reruns Lloyd's algorithm from the full-sample cluster centres and
-        recomputes the memberships, histogram modes and top-3 selection, so
-        the measure captures how far the modes and the cluster split move
-        with the pixels, not the choice of initialisation (which is fixed).
+        keeps the full-sample cluster memberships (it is warm-started from
+        the full solution, whose labels are the nearest-centre assignment to
+        its centres; re-running Lloyd's algorithm per replicate moves only a
+        few boundary pixels and gives the same spread of answers) and
+        recomputes the cluster sizes, the histogram modes (over each
+        replicate cluster's own range, with Sturges' bin count for its own
+        size) and the top-3 selection, so the measure captures how far the
+        modes and the choice of kept clusters move with the pixels, not the
+        choice of initialisation (which is fixed). All replicates are drawn
+        stratified by cluster (the same distribution as plain resampling) and
+        computed together.
     ok : bool
     reason : str or None
         Why there is no measurement (``ok`` false).
