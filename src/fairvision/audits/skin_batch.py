@@ -31,12 +31,13 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.io.jsonable import to_jsonable
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
 
 #: Bump when a change in this pipeline changes cached results.
@@ -178,21 +179,7 @@ def _read_cached(cache_dir: Path, key: str) -> dict | None:
 def _write_cached(cache_dir: Path, key: str, rec: dict) -> None:
     from fairvision.io.atomic import atomic_write_text
 
-    atomic_write_text(cache_dir / key[:2] / f"{key}.json", json.dumps({k: _scalar(v) for k, v in {**rec, "_key": key}.items()}))
-
-
-def _scalar(v):
-    """A record value as a JSON scalar (numpy types unwrapped, NaN and inf as null)."""
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        return None if not np.isfinite(f) else f
-    if v is None or isinstance(v, str):
-        return v
-    return str(v)
+    atomic_write_text(cache_dir / key[:2] / f"{key}.json", json.dumps(to_jsonable({**rec, "_key": key})))
 
 
 # --------------------------------------------------------------------------- worker
