@@ -107,3 +107,37 @@ def test_console_script_help_and_exit_code(tmp_path):
     assert r.returncode == 0 and "--attr" in r.stdout and "--subject-col" in r.stdout
     r = subprocess.run([str(exe), "audit", "dataset", str(tmp_path / "x.csv"), "-a", "g"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().startswith("error:") and "Traceback" not in r.stderr
+
+
+@pytest.mark.vision
+def test_measure_skin_crosses_skin_colour_with_attributes(tmp_path, capsys):
+    from fairvision.datasets import load_demo
+
+    df = load_demo()
+    sub = pd.concat([df[df.gender == g].head(12) for g in ("Female", "Male")])
+    table = tmp_path / "sub.csv"
+    sub.to_csv(table, index=False)
+    out = tmp_path / "rep"
+    code, _, err = run(["audit", "dataset", table, "-a", "gender", "-o", out, "--n-boot", "50", "--measure-skin"], capsys)
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    ids = [s["id"] for s in doc["sections"]]
+    assert ids == ["dataset", "skin-colour", "skin-coverage"]
+    inter = pd.read_parquet(out / "tables" / "dataset__groups-gender-x-skin-tone.parquet")
+    assert set(inter["gender"]) == {"Female", "Male"}
+    assert set(inter["skin_tone"]) >= {"light", "dark"}
+    assert inter["n_samples"].sum() == 24
+    cov = pd.read_parquet(out / "tables" / "skin-coverage__coverage-by-group.parquet")
+    assert cov["n"].sum() == 24
+
+
+@pytest.mark.vision
+def test_demo_main_job(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, err = run(["demo", "-o", out, "--n-boot", "100"], capsys)
+    assert code == 0, err
+    assert f"report: {(out / 'report.html').resolve()}" in stdout
+    doc = json.loads((out / "report.json").read_text())
+    blocks = {b.get("name"): b for s in doc["sections"] for b in s["blocks"]}
+    cov = blocks["coverage_overall"]["values"]
+    assert cov["images"] == 540 and cov["rate"] >= 0.95

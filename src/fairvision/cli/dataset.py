@@ -28,6 +28,7 @@ def audit_dataset_cmd(
     measure_skin: bool = typer.Option(False, "--measure-skin", help="Measure apparent skin colour (L*, h*, ITA) from the images and cross it with the attributes."),
     skin_method: str = typer.Option("thong", "--skin-method", help="Skin colour estimator for --measure-skin: thong, mean, median_ita, gray_mean."),
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for --measure-skin."),
+    skin_faces: str = typer.Option("largest", "--skin-faces", help="Faces measured per image with --measure-skin: 'largest' (the annotated person of a one-person-per-row table; default) or 'all'."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
@@ -42,7 +43,7 @@ def audit_dataset_cmd(
             table, attr, output, target=target, subject_col=subject_col, max_k=max_k, schema_file=schema_file,
             min_subjects=min_subjects, n_boot=n_boot, seed=seed, missing=missing, multi=multi,
             check_images=check_images, measure_skin=measure_skin, skin_method=skin_method, workers=workers,
-            show_images=show_images, title=title, progress=say,
+            skin_faces=skin_faces, show_images=show_images, title=title, progress=say,
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
 
@@ -66,6 +67,7 @@ def run_dataset_audit(
     measure_skin=False,
     skin_method="thong",
     workers=2,
+    skin_faces="largest",
     show_images=False,
     title=None,
     progress=None,
@@ -95,7 +97,7 @@ def run_dataset_audit(
         validate_sample_table(df, source=source, check_images=True)
     sections = []
     if measure_skin:
-        df, skin_attrs, skin_sections = _measure_skin(df, source, schema, list(attributes), skin_method, workers, say)
+        df, skin_attrs, skin_sections = _measure_skin(df, source, schema, list(attributes), skin_method, workers, skin_faces, say)
         attributes = list(attributes) + skin_attrs
         sections += skin_sections
     audit = audit_dataset(
@@ -120,7 +122,7 @@ def run_dataset_audit(
 SKIN_ATTRIBUTES = ("skin_tone", "skin_hue")
 
 
-def _measure_skin(df, source, schema, attributes, method, workers, say):
+def _measure_skin(df, source, schema, attributes, method, workers, faces, say):
     """Measure skin colour per image, join the categories as attributes, and build the skin sections.
 
     Returns the joined table, the extra attribute names and the report sections
@@ -140,7 +142,7 @@ def _measure_skin(df, source, schema, attributes, method, workers, say):
     if IMAGE_PATH not in df.columns:
         raise FairvisionError(f"{source}: --measure-skin needs an image_path column")
     say("measuring skin colour")
-    measured = measure_images(df[[SAMPLE_ID, IMAGE_PATH]], method=method, workers=workers, progress=True)
+    measured = measure_images(df[[SAMPLE_ID, IMAGE_PATH]], method=method, workers=workers, faces=faces, progress=True)
     keep = [c for c in measured.columns if c not in (IMAGE_PATH,) and c not in df.columns or c == SAMPLE_ID]
     joined = df.merge(measured[keep], on=SAMPLE_ID, how="left", validate="one_to_one")
     joined.attrs = dict(df.attrs)
