@@ -102,3 +102,18 @@ def test_small_groups_flagged():
     a = audit_dataset(df, ["g"], n_boot=0)
     assert a.groups[("g",)].loc["b", "too_small"]
     assert any("too small" in w for w in a.warnings)
+
+
+def test_diversity_per_group_with_embeddings():
+    from fairvision.stats.diversity import vendi_score
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"g": ["a"] * 20 + ["b"] * 20})
+    # group a: 20 near-copies of one vector; group b: 20 random directions
+    emb = np.vstack([np.tile(rng.normal(size=16), (20, 1)) + 1e-6 * rng.normal(size=(20, 16)), rng.normal(size=(20, 16))])
+    a = audit_dataset(df, ["g"], n_boot=0, embeddings=emb)
+    d = a.diversity
+    assert d.loc[("g", "a"), "vendi"] == pytest.approx(1.0, abs=1e-3)
+    assert d.loc[("g", "b"), "vendi"] == pytest.approx(vendi_score(emb[20:]))
+    assert d.loc[("g", "b"), "vendi"] > 5
+    assert d.loc[("(all)", "(all)"), "n_images"] == 40

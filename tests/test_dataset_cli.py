@@ -141,3 +141,17 @@ def test_demo_main_job(tmp_path, capsys):
     blocks = {b.get("name"): b for s in doc["sections"] for b in s["blocks"]}
     cov = blocks["coverage_overall"]["values"]
     assert cov["images"] == 540 and cov["rate"] >= 0.95
+
+
+def test_embeddings_add_diversity_and_missing_ids_fail(tmp_path, capsys):
+    import numpy as np
+
+    t = _write(tmp_path, "t.csv", "sample_id,gender\na,F\nb,M\nc,F\nd,M\n")
+    np.savez(tmp_path / "e.npz", embeddings=np.eye(4), ids=np.array(["d", "c", "b", "a"]))
+    code, _, err = run(["audit", "dataset", t, "-a", "gender", "--embeddings", tmp_path / "e.npz", "-o", tmp_path / "o", "--n-boot", "0"], capsys)
+    assert code == 0, err
+    div = pd.read_parquet(tmp_path / "o" / "tables" / "dataset__diversity.parquet")
+    assert div.loc[div.group == "(all)", "vendi"].item() == pytest.approx(4.0)
+    np.savez(tmp_path / "e2.npz", embeddings=np.eye(3), ids=np.array(["a", "b", "c"]))
+    code, _, err = run(["audit", "dataset", t, "-a", "gender", "--embeddings", tmp_path / "e2.npz", "-o", tmp_path / "o2"], capsys)
+    assert code == 2 and "no embedding for sample_id 'd'" in err

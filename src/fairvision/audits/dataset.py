@@ -45,7 +45,7 @@ class DatasetAudit:
     n_boot: int
     ci_level: float
     warnings: list[str] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
+    diversity: pd.DataFrame | None = None
 
     def to_frame(self) -> pd.DataFrame:
         """All group counts in one long table: attribute set, group label, counts, shares."""
@@ -73,6 +73,7 @@ def audit_dataset(
     ci_level: float = 0.95,
     ci_max_k: int = 1,
     seed: int = 0,
+    embeddings: np.ndarray | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DatasetAudit:
     """Audit the composition of a sample table.
@@ -101,6 +102,9 @@ def audit_dataset(
         keeps groups with at least 10 subjects).
     n_boot, ci_level, ci_max_k : bootstrap settings; CIs are computed for
         attribute sets of size up to ``ci_max_k`` (0 disables them).
+    embeddings : array (n_rows, d), optional
+        Image embeddings aligned with the table's rows; adds the Vendi score
+        (visual diversity, FHIBE) of the whole set and of every group.
     """
     source = table.attrs.get("source", "table")
     validate_sample_table(table, source=source)
@@ -186,6 +190,11 @@ def audit_dataset(
         assoc["p_bonferroni"] = corrections.adjust_pvalues(assoc["p_value"].to_numpy(), "bonferroni")
         assoc = assoc.set_index(["x", "y"])
 
+    diversity = None
+    if embeddings is not None:
+        say("diversity")
+        diversity = _diversity(embeddings, n, [ms[schema.get(a).name] for a in attributes], min_subjects)
+
     return DatasetAudit(
         n_samples=n,
         n_subjects=n_subj,
@@ -201,4 +210,24 @@ def audit_dataset(
         n_boot=n_boot,
         ci_level=ci_level,
         warnings=warnings,
+        diversity=diversity,
     )
+
+
+def _diversity(embeddings: np.ndarray, n: int, ms, min_size: int) -> pd.DataFrame:
+    """Vendi score of all images and of each group (METHODS.md 4); VS / n is comparable across sizes."""
+    from fairvision.stats.diversity import vendi_score
+
+    x = np.asarray(embeddings)
+    if x.ndim != 2 or x.shape[0] != n:
+        raise FairvisionError(f"embeddings: expected {n} rows (one per image), got shape {x.shape}")
+    rows = [{"attribute": "(all)", "group": "(all)", "n_images": n, "vendi": vendi_score(x)}]
+    for m in ms:
+        for g, cat in enumerate(m.categories):
+            idx = m.rows[m.codes == g]
+            rows.append({"attribute": m.name, "group": cat, "n_images": int(idx.size),
+                         "vendi": vendi_score(x[idx]) if idx.size else np.nan})
+    out = pd.DataFrame(rows).set_index(["attribute", "group"])
+    out["vendi_per_image"] = out["vendi"] / out["n_images"].where(out["n_images"] > 0)
+    out["too_small"] = out["n_images"] < min_size
+    return out

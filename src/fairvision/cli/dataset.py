@@ -29,6 +29,7 @@ def audit_dataset_cmd(
     skin_method: str = typer.Option("thong", "--skin-method", help="Skin colour estimator for --measure-skin: thong, mean, median_ita, gray_mean."),
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for --measure-skin."),
     skin_faces: str = typer.Option("largest", "--skin-faces", help="Faces measured per image with --measure-skin: 'largest' (the annotated person of a one-person-per-row table; default) or 'all'."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Image embeddings (.npy with ids file, .npz, or a table with sample ids) for the Vendi diversity score per group."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
@@ -43,7 +44,7 @@ def audit_dataset_cmd(
             table, attr, output, target=target, subject_col=subject_col, max_k=max_k, schema_file=schema_file,
             min_subjects=min_subjects, n_boot=n_boot, seed=seed, missing=missing, multi=multi,
             check_images=check_images, measure_skin=measure_skin, skin_method=skin_method, workers=workers,
-            skin_faces=skin_faces, show_images=show_images, title=title, progress=say,
+            skin_faces=skin_faces, embeddings=embeddings, show_images=show_images, title=title, progress=say,
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
 
@@ -68,6 +69,7 @@ def run_dataset_audit(
     skin_method="thong",
     workers=2,
     skin_faces="largest",
+    embeddings=None,
     show_images=False,
     title=None,
     progress=None,
@@ -100,9 +102,10 @@ def run_dataset_audit(
         df, skin_attrs, skin_sections = _measure_skin(df, source, schema, list(attributes), skin_method, workers, skin_faces, say)
         attributes = list(attributes) + skin_attrs
         sections += skin_sections
+    emb = _aligned_embeddings(embeddings, df, source) if embeddings is not None else None
     audit = audit_dataset(
         df, attributes, schema=schema, target=target, subject_col=subject_col, max_k=max_k,
-        min_subjects=min_subjects, n_boot=n_boot, seed=seed, progress=say,
+        min_subjects=min_subjects, n_boot=n_boot, seed=seed, embeddings=emb, progress=say,
     )
     say("writing report")
     report = Report(
@@ -155,6 +158,21 @@ def _measure_skin(df, source, schema, attributes, method, workers, faces, say):
     cov = coverage_by_group(joined, joined["ok"].fillna(False).astype(bool).to_numpy(), attributes, schema=schema,
                             step="skin measurement (face found, enough skin pixels)")
     return joined, extra, [skin_section(dist), coverage_section(cov, id="skin-coverage")]
+
+
+def _aligned_embeddings(path, df, source):
+    """Embedding rows in the order of the table's sample_id (every sample must have one)."""
+    import numpy as np
+
+    from fairvision.io.tables import SAMPLE_ID
+    from fairvision.retrieval.io import read_embeddings
+
+    x, ids = read_embeddings(path)
+    pos = {i: k for k, i in enumerate(ids)}
+    missing = [sid for sid in df[SAMPLE_ID] if sid not in pos]
+    if missing:
+        raise FairvisionError(f"{path}: no embedding for sample_id {missing[0]!r} of {source} ({len(missing)} missing)")
+    return np.asarray(x)[[pos[sid] for sid in df[SAMPLE_ID]]]
 
 
 def _thumbnails_section(df, audit, schema, per_group: int = 6, size: int = 72):

@@ -28,6 +28,7 @@ _EXPORTS = {
     "bootstrap_ci": "resample",
     "percentile_ci": "resample",
     "wilson_interval": "proportions",
+    "vendi_score": "diversity",
     # multiple comparisons
     "adjust_pvalues": "corrections",
     # model audit (issue: Model audit)

@@ -74,6 +74,11 @@ def dataset_section(audit: DatasetAudit, *, title: str = "Who is in the dataset"
         s.table("association", audit.association,
                 "Association between attributes (and with the target): NMI = I(X;Y)/H(X,Y) in [0, 1]; "
                 "chi-square test of independence (no continuity correction) with Cramér's V; Bonferroni over the pairs.")
+    if audit.diversity is not None:
+        s.table("diversity", audit.diversity,
+                "Visual diversity: Vendi score (effective number of distinct images; cosine kernel on the given "
+                "embeddings, FHIBE). It grows with group size, so compare vendi_per_image across groups of similar size.",
+                highlight="too_small")
     for (x, y), m in list(audit.npmi.items())[:MAX_HEATMAPS]:
         s.figure(
             f"npmi_{x}_x_{y}",
