@@ -136,7 +136,7 @@ def _nearest(Xc: np.ndarray, C: np.ndarray) -> np.ndarray:
     return labels
 
 
-_BLOCK = 16384
+_BLOCK = 32768
 
 
 def _argmin_rows(D: np.ndarray) -> np.ndarray:
@@ -184,10 +184,23 @@ def _lloyd(Xc: np.ndarray, cols, C: np.ndarray, *, max_iter: int = 300, tol: flo
     C = np.array(C, dtype=np.float64)
     k = C.shape[0]
     thresh = tol * float(np.mean([np.var(col, dtype=np.float64) for col in cols]))
+    nd, n = Xc.shape
+    nearest = _nearest
+    if n <= _BLOCK:  # small: [x, 1] rows and reused buffers, so one product gives |c|^2 - 2 c.x
+        X1 = np.empty((nd + 1, n), dtype=np.float32)
+        X1[:nd] = Xc
+        X1[nd] = 1.0
+        W = np.empty((k, nd + 1), dtype=np.float32)
+        D = np.empty((k, n), dtype=np.float32)
+
+        def nearest(_, C):
+            W[:, :nd] = -2.0 * C
+            W[:, nd] = (C * C).sum(axis=1)
+            return _argmin_rows(np.matmul(W, X1, out=D))
     labels = None
     it = 0
     for it in range(1, max_iter + 1):
-        new = _nearest(Xc, C)
+        new = nearest(Xc, C)
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
@@ -199,7 +212,7 @@ def _lloyd(Xc: np.ndarray, cols, C: np.ndarray, *, max_iter: int = 300, tol: flo
             np.divide(np.bincount(li, weights=col, minlength=k), counts, out=C[:, d], where=nz)
         shift = C - C_old
         if np.vdot(shift, shift) <= thresh:
-            labels = _nearest(Xc, C)
+            labels = nearest(Xc, C)
             break
     return labels, C, it
 
