@@ -104,7 +104,23 @@ def limit_threads(n: int = 1) -> None:
         cv2.setNumThreads(n)
 
 
+def silence_native_stderr() -> None:
+    """Send this process's file descriptor 2 to /dev/null.
+
+    Native libraries (mediapipe's TensorFlow Lite and absl logging) write
+    warning lines straight to fd 2 from their own threads, where Python cannot
+    filter them. Worker processes report errors through their results, so
+    their stderr carries nothing else; set ``FAIRVISION_NATIVE_LOGS=1`` to keep it.
+    """
+    if os.environ.get("FAIRVISION_NATIVE_LOGS"):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
 def _worker_start(threads: int | None, initializer, initargs) -> None:
+    silence_native_stderr()
     if threads:
         limit_threads(threads)
     if initializer is not None:
