@@ -54,7 +54,6 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.errors import FairvisionError
-from fairvision.skin.colour import chroma as _chroma
 from fairvision.skin.colour import hue_angle, ita as _ita
 
 __all__ = [
@@ -185,8 +184,9 @@ def _lloyd(Xc: np.ndarray, cols, C: np.ndarray, *, max_iter: int = 300, tol: flo
     k = C.shape[0]
     thresh = tol * float(np.mean([np.var(col, dtype=np.float64) for col in cols]))
     nd, n = Xc.shape
-    nearest = _nearest
-    if n <= _BLOCK:  # small: [x, 1] rows and reused buffers, so one product gives |c|^2 - 2 c.x
+    if n > _BLOCK:
+        nearest = _nearest
+    else:  # small: [x, 1] rows and reused buffers, so one product gives |c|^2 - 2 c.x
         X1 = np.empty((nd + 1, n), dtype=np.float32)
         X1[:nd] = Xc
         X1[nd] = 1.0
@@ -430,11 +430,13 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 400
     k, top : int
         Number of clusters (5) and of kept clusters with the highest L* mode (3).
     coarse : int
-        Size of the strided subsample the quantile seeds come from; Lloyd's
-        algorithm converges there first, then on a fixed strided subsample
-        of at most :data:`MAX_CLUSTER_PIXELS` pixels (all pixels when there
-        are no more), and every pixel is then assigned to the nearest of
-        those centres. The histogram modes use every pixel.
+        Size of the first strided subsample (the quantile seeds come from
+        it): Lloyd's algorithm converges on ``coarse``, ``4 coarse`` ...
+        pixels while a level is at most :data:`MAX_CLUSTER_PIXELS`, each
+        level starting from the previous centres; then on all pixels if
+        there are at most twice the last level, otherwise every pixel is
+        assigned once to the nearest of the last level's centres. The
+        histogram modes use every pixel.
     init_centers : (k, 2) array, optional
         Start Lloyd's algorithm from these (L*, signed h*) centres instead of
         the quantile seeds.
