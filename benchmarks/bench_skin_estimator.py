@@ -134,7 +134,7 @@ def main(argv=None):
 def reference_check(image_path, mask_path):
     from fairvision.io.images import read_image
     from fairvision.skin import measure
-    from fairvision.skin.measure import load_mask
+    from fairvision.skin.measurement import load_mask
 
     img = read_image(image_path)
     mask = load_mask(mask_path, skin_label=1)

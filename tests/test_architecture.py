@@ -64,3 +64,18 @@ def test_stats_and_metrics_import_no_image_code(part, path):
         top = mod.split(".")[0]
         assert top not in IMAGE_CODE, f"{path.relative_to(SRC)} imports {mod}"
         assert _part(mod) not in ("skin", "vision"), f"{path.relative_to(SRC)} imports {mod}"
+
+
+@pytest.mark.parametrize("package", ["fairvision.stats", "fairvision.skin"])
+def test_lazy_exports_are_not_shadowed_by_submodules(package):
+    """A submodule named like an exported function would replace it once imported."""
+    import importlib
+    import pkgutil
+    import types
+
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{package}.{info.name}")
+    for name in pkg._EXPORTS:
+        value = getattr(pkg, name)
+        assert not isinstance(value, types.ModuleType), f"{package}.{name} is a module, not the exported object"

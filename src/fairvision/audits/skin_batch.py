@@ -49,7 +49,7 @@ RESULT_COLUMNS = [
 ]
 
 # imported once by a fork server, when the pool cannot fork this process directly
-_PRELOAD = ("cv2", "mediapipe.python.solutions.face_mesh", "dlib", "fairvision.skin.measure", "fairvision.audits.skin_batch")
+_PRELOAD = ("cv2", "mediapipe.python.solutions.face_mesh", "dlib", "fairvision.skin.measurement", "fairvision.audits.skin_batch")
 # per-process worker state (the models live in the vision modules' caches)
 _WORKER: dict[str, Any] = {}
 
@@ -201,19 +201,10 @@ def _init_worker(params: dict) -> None:
 
 
 def _skin_measure():
-    """``fairvision.skin.measure`` (the function), bound through the package's lazy export.
+    """The colour measurement function (imported on first use: it pulls in OpenCV)."""
+    from fairvision.skin.measurement import measure
 
-    Importing the submodule ``fairvision.skin.measure`` directly before anyone
-    touched ``fairvision.skin.measure`` would leave the package attribute
-    pointing at the module (the function and its module share the name);
-    going through the package first binds the function for every caller.
-    """
-    import fairvision.skin as skin
-
-    fn = getattr(skin, "measure")
-    if not callable(fn):  # someone imported the submodule first
-        from fairvision.skin.measure import measure as fn
-    return fn
+    return measure
 
 
 def _preload(params: dict) -> None:
@@ -260,8 +251,8 @@ def _cluster_labels(image: np.ndarray, mask: np.ndarray, extra: dict) -> np.ndar
     if not centres:
         return None
     from fairvision.skin.colour import hue_angle, srgb_to_lab
-    _skin_measure()  # bind the package export first
-    from fairvision.skin.measure import smooth_skin_pixels
+    _skin_measure()
+    from fairvision.skin.measurement import smooth_skin_pixels
 
     lab = srgb_to_lab(smooth_skin_pixels(image.astype(np.float32) / np.float32(255.0), mask))
     X = np.column_stack([lab[:, 0], hue_angle(lab, convention="signed")]).astype(np.float64)

@@ -25,10 +25,10 @@ _EXPORTS = {
     "gray_level": "colour",
     # estimators and measurement (METHODS.md 2)
     "METHODS": "estimators",
-    "measure": "measure",
-    "measure_pixels": "measure",
-    "load_mask": "measure",
-    "SkinMeasurement": "measure",
+    "measure": "measurement",
+    "measure_pixels": "measurement",
+    "load_mask": "measurement",
+    "SkinMeasurement": "measurement",
     # categories (METHODS.md 1)
     "tone_hue_category": "categories",
     "ita_class": "categories",

@@ -116,7 +116,7 @@ def monk_tone(lab) -> tuple[pd.Categorical, np.ndarray]:
 
 
 def categorize(m, *, L_threshold: float = 60.0, hue_threshold: float = 55.0) -> dict:
-    """All categories of one :class:`~fairvision.skin.measure.SkinMeasurement` as a dict of strings."""
+    """All categories of one :class:`~fairvision.skin.measurement.SkinMeasurement` as a dict of strings."""
     row = pd.DataFrame([{"L": m.L, "a": m.a, "b": m.b, "hue": m.hue, "ita": m.ita}])
     out = add_categories(row, L_threshold=L_threshold, hue_threshold=hue_threshold)
     return {c: (None if pd.isna(v) else (v if isinstance(v, str) else float(v))) for c, v in out.iloc[0].items() if c not in row}

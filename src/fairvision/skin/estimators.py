@@ -2,7 +2,7 @@
 
 Each estimator turns the CIELAB values of one image's skin pixels into one
 colour (L*, a*, b*, hue, chroma, ITA). They are pure numpy functions of the
-pixel arrays; :func:`fairvision.skin.measure.measure` adds image reading, masks,
+pixel arrays; :func:`fairvision.skin.measurement.measure` adds image reading, masks,
 smoothing, spread, stability and quality flags.
 
 Methods
@@ -25,7 +25,7 @@ Methods
     a* = C cos h, b* = C sin h; the paper itself only defines L* and h*.
     Features, distances and histograms are float32 (centres and modes
     float64). Cost on a 1024 x 1024 portrait with 108k skin pixels: about
-    10 ms for the whole :func:`fairvision.skin.measure.measure` (smoothing,
+    10 ms for the whole :func:`fairvision.skin.measurement.measure` (smoothing,
     CIELAB, estimate, spread, flags), about 3 ms more for the 10-replicate
     stability bootstrap (benchmarks/bench_skin_estimator.py).
 ``thong-published``
