@@ -1,6 +1,6 @@
 """Benchmark: bias diagnosis hot paths against naive baselines, side by side.
 
-1. Frequent itemsets for error patterns: :func:`fairvision.stats.fpgrowth.fpgrowth`
+1. Frequent itemsets for error patterns: :func:`fairvision.stats.itemsets.fpgrowth`
    vs the brute-force enumerator that counts every item combination on the raw
    transaction matrix (the reference used by the tests). Table: ``--rows`` samples,
    6 categorical attributes (3-6 levels each) plus the low-score item; itemsets up to
@@ -24,7 +24,7 @@ import pandas as pd
 
 from fairvision.audits.diagnosis.error_model import group_mean_bootstrap, group_mean_bootstrap_naive
 from fairvision.audits.diagnosis.patterns import LOW_ITEM, low_score_flags, transaction_matrix
-from fairvision.stats.fpgrowth import fpgrowth, frequent_itemsets_bruteforce
+from fairvision.stats.itemsets import fpgrowth, frequent_itemsets_bruteforce
 
 
 def _timed(fn, *a, **k):

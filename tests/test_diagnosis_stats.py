@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from fairvision.errors import FairvisionError
-from fairvision.stats.fpgrowth import (
+from fairvision.stats.itemsets import (
     association_rules,
     association_rules_bruteforce,
     fpgrowth,

@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 
 from fairvision.errors import ColumnError
-from fairvision.stats.elo import compare_elo_groups, elo
+from fairvision.stats.rating import compare_elo_groups, elo
 
 
 def _hand(games, m=400, k=16, init=1400):

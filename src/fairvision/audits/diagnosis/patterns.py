@@ -206,7 +206,7 @@ def find_error_patterns(
     PatternResult
     """
     from fairvision.stats.corrections import adjust_pvalues
-    from fairvision.stats.fpgrowth import association_rules, fpgrowth
+    from fairvision.stats.itemsets import association_rules, fpgrowth
 
     src = str(data.attrs.get("source", "table"))
     if score not in data.columns:
