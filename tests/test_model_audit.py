@@ -172,3 +172,50 @@ def test_group_ci_matches_explicit_subject_resampling():
             reps.append(sub.loc[sub.age == grp, "score"].mean())
         assert t.loc[grp, "ci_low"] == pytest.approx(np.quantile(reps, 0.025))
         assert t.loc[grp, "ci_high"] == pytest.approx(np.quantile(reps, 0.975))
+
+
+def test_od_compares_labels_whatever_their_number_type():
+    from fairvision.audits.model import model_audit
+    from fairvision.stats.multiclass import overall_disparity, recall_matrix
+
+    rng = np.random.default_rng(0)
+    n = 400
+    df = pd.DataFrame({"subject_id": [f"s{i}" for i in range(n)], "gender": rng.choice(["F", "M"], n),
+                       "y": rng.integers(0, 3, n)})
+    df["pred"] = np.where(rng.random(n) < np.where(df.gender == "F", 0.9, 0.6), df.y, (df.y + 1) % 3)
+    df["score"] = rng.random(n)
+    truth = overall_disparity(recall_matrix(df.y, df.pred, df.gender))[0]
+    assert truth > 0.2
+    as_float = df.assign(pred=df["pred"].astype(float))
+    r = model_audit(as_float, ["score"], ["gender"], true_col="y", pred_col="pred", n_boot=20)
+    assert r.od["gender"].od == pytest.approx(truth)
+    one_missing = df.copy()
+    one_missing.loc[0, "y"] = np.nan  # the column becomes float
+    r = model_audit(one_missing, ["score"], ["gender"], true_col="y", pred_col="pred", n_boot=20)
+    assert r.od["gender"].od == pytest.approx(truth, abs=0.02)
+
+
+def test_named_subject_column_must_exist():
+    from fairvision.audits.model import model_audit
+    from fairvision.errors import FairvisionError
+
+    df = pd.DataFrame({"g": ["a", "b"] * 20, "score": np.arange(40.0)})
+    with pytest.raises(FairvisionError, match="no subject column 'person'"):
+        model_audit(df, ["score"], ["g"], subject_col="person", n_boot=0)
+
+
+def test_fail_if_od_ignores_undefined_od_of_other_attributes():
+    from fairvision.audits.model import evaluate_conditions, model_audit
+
+    rng = np.random.default_rng(0)
+    n = 400
+    g = rng.choice(["F", "M"], n)
+    h = rng.choice(["x", "y"], n)
+    y = np.where(g == "F", 0, 1)  # each class in one g group only: OD by g is undefined (NaN)
+    pred = np.where(rng.random(n) < np.where(h == "x", 0.95, 0.5), y, 1 - y)
+    df = pd.DataFrame({"subject_id": np.arange(n), "g": g, "h": h, "y": y, "pred": pred, "score": rng.random(n)})
+    res = model_audit(df, ["score"], ["g", "h"], true_col="y", pred_col="pred", n_boot=20)
+    assert np.isnan(res.od["g"].od) and res.od["h"].od > 0.2
+    q = res.quantities()
+    assert q["od"] == pytest.approx(res.od["h"].od)
+    assert evaluate_conditions(["od>0.2"], q)[0]["holds"]

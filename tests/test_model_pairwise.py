@@ -159,3 +159,12 @@ def test_public_names_through_fairvision_stats():
     for prefix in ("", "import fairvision.stats as S; S.disparity(0.5, 1.0);"):
         p = subprocess.run([sys.executable, "-c", prefix + code], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
+
+
+def test_exact_method_with_ties_matches_scipy():
+    from scipy.stats import mannwhitneyu
+
+    a = [3.0]
+    b = [1, 1, 0, 1, 2, 3, 3, 0, 2, 3, 1]
+    r = pairwise_mannwhitney(a + b, ["a"] * len(a) + ["b"] * len(b), correction="none", method="exact")
+    assert r["p_value"].iloc[0] == pytest.approx(mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue, abs=1e-12)

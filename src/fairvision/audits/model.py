@@ -140,6 +140,19 @@ def build_intersections(df: pd.DataFrame, attributes: Sequence[Attribute], max_k
 
 # -- per-group estimates with cluster bootstrap ---------------------------------------------------------------
 
+def _class_labels(col: pd.Series) -> np.ndarray:
+    """Class labels as comparable strings: 1, 1.0 and "1" are the same class.
+
+    A numeric column read with a missing cell becomes float; without this,
+    str(1.0) != str(1) and every prediction would count as wrong.
+    """
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        v = col.to_numpy(dtype=float)
+        whole = np.isfinite(v) & (v == np.round(v))
+        return np.array([str(int(x)) if w else str(x) for x, w in zip(v, whole)], dtype=object)
+    return np.array([str(int(x)) if isinstance(x, float) and x.is_integer() else str(x) for x in col], dtype=object)
+
+
 def _subject_codes(df: pd.DataFrame, subject_col: str | None) -> np.ndarray:
     """Subject code per row; every row is its own subject when there is no subject column."""
     if subject_col is None:
@@ -296,7 +309,8 @@ class ModelAuditResult:
                 q[f"od.{key}"] = res.od
                 q[f"od.{key}.ci_low"] = res.ci_low
                 q[f"od.{key}.ci_high"] = res.ci_high
-            q["od"] = max(r.od for r in self.od.values())
+            ods = [r.od for r in self.od.values() if not math.isnan(r.od)]
+            q["od"] = max(ods) if ods else float("nan")
         return q
 
 
@@ -421,6 +435,9 @@ def model_audit(
     schema = schema or Schema()
     attrs = [a if isinstance(a, Attribute) else schema.get(a) for a in attributes]
     if subject_col is not None and subject_col not in data.columns:
+        if subject_col != "subject_id":
+            raise ColumnError(f"{source}: no subject column {subject_col!r}; columns are {', '.join(map(str, data.columns))}")
+        warnings.warn("no subject_id column: every image is treated as a different person", stacklevel=2)
         subject_col = None
     subjects = _subject_codes(data, subject_col)
     n_subj_total = int(subjects.max()) + 1
@@ -489,8 +506,8 @@ def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects
             raise FairvisionError(f"OD needs both the true and the predicted class column; the {role} column is missing")
         if col not in data.columns:
             raise ColumnError(f"{source}: no {role} column {col!r}; columns are {', '.join(map(str, data.columns))}")
-    y_true = data[true_col].astype(str).to_numpy(object)
-    y_pred = data[pred_col].astype(str).to_numpy(object)
+    y_true = _class_labels(data[true_col])
+    y_pred = _class_labels(data[pred_col])
     miss = data[true_col].isna().to_numpy() | data[pred_col].isna().to_numpy()
     out = {}
     for inter in inters:

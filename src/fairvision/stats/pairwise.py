@@ -240,7 +240,9 @@ def pairwise_mannwhitney(
         ``rank_biserial`` (``2 u / (n_a n_b) - 1``: +1 when every a beats every
         b), ``best``, ``worst``, ``median_best``, ``median_worst``,
         ``disparity`` (D for every pair; the paper reports it for significant
-        pairs), ``effect_size`` (rank-biserial of best against worst, >= 0).
+        pairs), ``effect_size`` (rank-biserial of best against worst; best and
+        worst are ranked by median, so it is negative in the rare pairs where
+        the medians and the rank sums disagree).
         ``attrs`` holds ``n_tests``, ``correction``, ``alpha``, ``too_small``.
     """
     if method not in ("auto", "asymptotic", "exact"):
@@ -320,7 +322,7 @@ def pairwise_mannwhitney(
             z = numerator / s
         p[asym] = np.clip(special.ndtr(-z) * 2, 0.0, 1.0)
     if exact.any():
-        p[exact] = _exact_two_sided(np.rint(umax[exact]), n1[exact], n2[exact])
+        p[exact] = _exact_two_sided(np.floor(umax[exact]), n1[exact], n2[exact])  # scipy truncates U
     p_adj = adjust_pvalues(p, correction)
 
     ma, mb = med[ia], med[ib]
