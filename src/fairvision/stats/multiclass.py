@@ -8,6 +8,8 @@ Bias-transfer paper (bias-transfer-fer-metrics.txt; METHODS.md section 7):
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,6 +176,9 @@ def overall_disparity_ci(y_true, y_pred, groups, *, subjects=None, n_boot: int =
     w = cluster_bootstrap_weights(S, n_boot, seed)
     totals = np.asarray((tot.T @ w.T).T).reshape(n_boot, C, G)
     hits = np.asarray((hit.T @ w.T).T).reshape(n_boot, C, G)
-    reps = np.nanmean(_id_array(_recall_from_counts(hits, totals)), axis=1) if C else np.full(n_boot, np.nan)
-    lo, hi = percentile_ci(reps, level)
-    return ODResult(od, float(lo), float(hi), float(np.nanstd(reps, ddof=1)), ids, recall, n_boot, level)
+    with warnings.catch_warnings():  # an undefined OD (no class seen in two groups) is NaN, silently
+        warnings.simplefilter("ignore", RuntimeWarning)
+        reps = np.nanmean(_id_array(_recall_from_counts(hits, totals)), axis=1) if C else np.full(n_boot, np.nan)
+        lo, hi = percentile_ci(reps, level)
+        sd = float(np.nanstd(reps, ddof=1))
+    return ODResult(od, float(lo), float(hi), sd, ids, recall, n_boot, level)
