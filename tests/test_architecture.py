@@ -12,7 +12,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "fairvision"
 
 RANK = {
-    "errors": 0, "__init__": 0,
+    "errors": 0, "__init__": 0, "_lazy": 0,
     "io": 1,
     "schema": 2, "groups": 2, "datasets": 2,
     "skin": 3, "vision": 3, "metrics": 3, "engine": 3,

@@ -6,7 +6,7 @@ stays cheap. Skin masks live in :mod:`fairvision.skin.masks`.
 
 from __future__ import annotations
 
-import importlib
+from fairvision._lazy import lazy_exports
 
 _EXPORTS = {
     # colour maths (METHODS.md 1)
@@ -45,14 +45,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fairvision.skin' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"fairvision.skin.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -7,7 +7,7 @@ every module; ``dir(fairvision.stats)`` lists them all.
 
 from __future__ import annotations
 
-import importlib
+from fairvision._lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -66,14 +66,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fairvision.stats' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"fairvision.stats.{mod}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
