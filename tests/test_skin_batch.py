@@ -271,3 +271,31 @@ def test_deferred_second_chance_gives_the_in_process_answer(portraits):
     assert (pooled.face_source == inline.face_source).all()
     assert (pooled.face_source == "detector+dlib").sum() == 3
     assert np.allclose(pooled.L, inline.L, atol=1e-6) and (pooled.n_pixels == inline.n_pixels).all()
+
+
+def test_skin_report_and_compare_commands(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+
+    from fairvision.cli import main
+
+    rng = np.random.default_rng(0)
+
+    def table(n, L_mean, h_mean):
+        return pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "L": rng.normal(L_mean, 8, n),
+                             "hue": rng.normal(h_mean, 8, n), "g": rng.choice(["x", "y"], n)})
+
+    a, b = tmp_path / "train.csv", tmp_path / "generated.csv"
+    table(300, 55, 50).to_csv(a, index=False)
+    table(300, 70, 60).to_csv(b, index=False)
+    assert main(["skin", "report", str(a), "--by", "g", "-o", str(tmp_path / "r1")]) == 0
+    doc = json.loads((tmp_path / "r1" / "report.json").read_text())
+    assert doc["sections"][0]["id"] == "skin-colour"
+    assert main(["skin", "compare", str(a), str(b), "-o", str(tmp_path / "r2")]) == 0
+    out = capsys.readouterr().out
+    assert "chi-square(3)" in out
+    doc = json.loads((tmp_path / "r2" / "report.json").read_text())
+    values = {k: v for s in doc["sections"] for blk in s["blocks"] if blk.get("name") == "comparison" for k, v in blk["values"].items()}
+    assert values["p-value"] < 1e-6
+    assert main(["skin", "compare", str(a), str(tmp_path / "none.csv"), "-o", str(tmp_path / "r3")]) == 2

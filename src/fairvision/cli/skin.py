@@ -1,4 +1,4 @@
-"""``fairvision skin measure``: apparent skin colour of many images, one row per image."""
+"""``fairvision skin``: measure apparent skin colour of many images, report on one set, compare two sets."""
 
 from __future__ import annotations
 
@@ -66,6 +66,82 @@ def measure_cmd(
         raise typer.Exit(1)
 
 
+def _load_or_measure(source: Path, method: str, workers: int, faces: str):
+    """A measurement table (with L and hue columns) as is; images, folders and sample tables are measured."""
+    import pandas as pd
+
+    from fairvision.audits.skin_batch import measure_images
+    from fairvision.io.tables import read_raw_table
+
+    if not source.exists():
+        raise FairvisionError(f"{source}: no such file or folder")
+    if source.is_file() and source.suffix.lower() in _OUTPUT_SUFFIXES:
+        df = read_raw_table(source)
+        if {"L", "hue"} <= set(df.columns):
+            return df
+    df = measure_images(source, method=method, workers=workers, faces=faces, progress=True)
+    return pd.DataFrame(df)
+
+
+def _write_report(section, output: Path, title: str, meta: dict) -> None:
+    from fairvision.cli.common import done
+    from fairvision.report import Report
+
+    report = Report(title=title, subtitle="fairvision skin colour report", meta=meta)
+    report.add(section)
+    done(report.write(output))
+
+
+def report_cmd(
+    source: Path = typer.Argument(..., metavar="SKIN_TABLE_OR_IMAGES", help="A table written by 'fairvision skin measure' (or any table with L and hue columns), or images / a folder / a sample table to measure first."),
+    output: Path = typer.Option(Path("skin-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    by: Optional[str] = typer.Option(None, "--by", help="Attribute column to break the light/dark x red/yellow cells down by."),
+    subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column: cell CIs then resample people, not images."),
+    method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
+    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes when images are measured first."),
+    faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
+):
+    """Skin colour distribution of one image set: Thong et al.'s light/dark x red/yellow table with CIs,
+    20-bin histograms of L* and h*, the L* vs h* scatter, and a breakdown by group (--by)."""
+    from fairvision.audits.skin import skin_distribution
+    from fairvision.report.sections.skin import skin_section
+
+    df = _load_or_measure(source, method, workers, faces)
+    if by is not None and by not in df.columns:
+        raise FairvisionError(f"{source}: no column {by!r} for --by; columns are {', '.join(map(str, df.columns))}")
+    dist = skin_distribution(df, by=by, subject=subject_col, name=source.stem)
+    _write_report(skin_section(dist), output, f"Skin colour: {source.name}", {"source": str(source), "by": by or "-"})
+
+
+def compare_cmd(
+    first: Path = typer.Argument(..., metavar="FIRST", help="First set: a skin table from 'fairvision skin measure', or images / a folder / a sample table."),
+    second: Path = typer.Argument(..., metavar="SECOND", help="Second set, same kinds of input (e.g. a generator's outputs)."),
+    output: Path = typer.Option(Path("skin-comparison"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    names: Optional[str] = typer.Option(None, "--names", help="Names of the two sets, comma-separated (default: the file or folder names)."),
+    method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
+    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes when images are measured first."),
+    faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
+):
+    """Compare the skin colour of two image sets (Thong et al. Table 2: e.g. training data against a
+    generator's outputs): both light/dark x red/yellow tables with CIs, their difference in percentage
+    points and a chi-square test of homogeneity."""
+    from fairvision.audits.skin import compare_skin
+    from fairvision.report.sections.skin import skin_section
+
+    pair = tuple(n.strip() for n in names.split(",")) if names else (first.stem or first.name, second.stem or second.name)
+    if len(pair) != 2 or not all(pair):
+        raise FairvisionError(f"--names needs two comma-separated names, got {names!r}")
+    a = _load_or_measure(first, method, workers, faces)
+    b = _load_or_measure(second, method, workers, faces)
+    result = compare_skin(a, b, names=pair)
+    _write_report(skin_section(result), output, f"Skin colour: {pair[0]} vs {pair[1]}",
+                  {"first": str(first), "second": str(second)})
+    t = result.test
+    typer.echo(f"chi-square({t.dof}) = {t.statistic:.2f}, p = {t.pvalue:.3g}")
+
+
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     skin_app.command("measure")(measure_cmd)
+    skin_app.command("report")(report_cmd)
+    skin_app.command("compare")(compare_cmd)
     app.add_typer(skin_app, name="skin")
