@@ -1,7 +1,7 @@
 """fairvision: audit the fairness of human-centric computer vision.
 
 Submodules are imported lazily so that ``import fairvision`` (and the CLI's
-``--help``) stay fast; heavy parts (mediapipe, dlib, torch) load only when used.
+``--help``) stay fast; heavy parts (mediapipe, dlib, OpenCV) load only when used.
 """
 
 from __future__ import annotations
