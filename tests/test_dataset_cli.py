@@ -155,3 +155,18 @@ def test_embeddings_add_diversity_and_missing_ids_fail(tmp_path, capsys):
     np.savez(tmp_path / "e2.npz", embeddings=np.eye(3), ids=np.array(["a", "b", "c"]))
     code, _, err = run(["audit", "dataset", t, "-a", "gender", "--embeddings", tmp_path / "e2.npz", "-o", tmp_path / "o2"], capsys)
     assert code == 2 and "no embedding for sample_id 'd'" in err
+
+
+def test_fail_if_gates_the_dataset_audit(tmp_path, capsys):
+    t = _write(tmp_path, "t.csv", "sample_id,gender\n" + "".join(f"s{i},{'F' if i < 20 else 'M'}\n" for i in range(100)))
+    # shares 0.2 / 0.8: NSD = std([.2,.8]) * 2 / 1 = 0.6; imbalance ratio 4
+    code, _, err = run(["audit", "dataset", t, "-a", "gender", "-o", tmp_path / "o", "--n-boot", "0",
+                        "--fail-if", "nsd>0.5", "--fail-if", "imbalance_ratio.gender>=5"], capsys)
+    assert code == 1
+    assert err.strip().splitlines()[-1] == "fail-if: condition met: nsd>0.5 (value 0.6)"
+    doc = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert doc["meta"]["failed"] == ["nsd>0.5"]
+    code, _, _ = run(["audit", "dataset", t, "-a", "gender", "-o", tmp_path / "o", "--n-boot", "0", "--fail-if", "nsd>0.7"], capsys)
+    assert code == 0
+    code, _, err = run(["audit", "dataset", t, "-a", "gender", "-o", tmp_path / "o", "--fail-if", "bogus>1"], capsys)
+    assert code == 2 and "unknown quantity 'bogus'" in err

@@ -5,9 +5,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fairvision.audits.model import (
-    build_intersections, evaluate_conditions, join_scores, model_audit, parse_condition,
-)
+from fairvision.audits.gates import evaluate_conditions, parse_condition
+from fairvision.audits.model import build_intersections, join_scores, model_audit
 from fairvision.errors import ColumnError, FairvisionError
 from fairvision.schema import Attribute
 
@@ -205,7 +204,8 @@ def test_named_subject_column_must_exist():
 
 
 def test_fail_if_od_ignores_undefined_od_of_other_attributes():
-    from fairvision.audits.model import evaluate_conditions, model_audit
+    from fairvision.audits.gates import evaluate_conditions
+    from fairvision.audits.model import model_audit
 
     rng = np.random.default_rng(0)
     n = 400

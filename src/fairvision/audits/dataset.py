@@ -46,6 +46,35 @@ class DatasetAudit:
     ci_level: float
     warnings: list[str] = field(default_factory=list)
     diversity: pd.DataFrame | None = None
+    gates: list[dict] = field(default_factory=list)
+
+    def quantities(self) -> dict[str, float]:
+        """Named numbers for ``--fail-if`` gates (see :mod:`fairvision.audits.gates`).
+
+        Per attribute set (``gender``, ``age+gender``): ``nsd.<set>``,
+        ``evenness.<set>``, ``effective_groups.<set>``, ``imbalance_ratio.<set>``,
+        ``n_empty_groups.<set>``, ``n_small_groups.<set>``. Summaries: ``nsd``,
+        ``imbalance_ratio`` (largest over single attributes), ``evenness``
+        (smallest), ``n_empty_groups`` and ``n_small_groups`` (over all sets),
+        ``nmi`` and ``cramers_v`` (largest over attribute pairs), ``n_samples``.
+        """
+        q: dict[str, float] = {"n_samples": float(self.n_samples)}
+        singles = self.representation[self.representation["k"] == 1]
+        for label, row in self.representation.iterrows():
+            key = label.replace(" × ", "+")
+            for m in ("nsd", "evenness", "effective_groups", "imbalance_ratio", "n_empty_groups"):
+                q[f"{m}.{key}"] = float(row[m])
+        for names, t in self.groups.items():
+            q[f"n_small_groups.{'+'.join(names)}"] = float((t["too_small"] & (t["n_samples"] > 0)).sum())
+        q["nsd"] = float(singles["nsd"].max())
+        q["imbalance_ratio"] = float(singles["imbalance_ratio"].max())
+        q["evenness"] = float(singles["evenness"].min())
+        q["n_empty_groups"] = float(self.representation["n_empty_groups"].sum())
+        q["n_small_groups"] = float(sum(v for k, v in q.items() if k.startswith("n_small_groups.")))
+        if len(self.association):
+            q["nmi"] = float(self.association["nmi"].max())
+            q["cramers_v"] = float(self.association["cramers_v"].max())
+        return q
 
     def to_frame(self) -> pd.DataFrame:
         """All group counts in one long table: attribute set, group label, counts, shares."""

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
-import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -526,56 +524,6 @@ def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects
 
 
 # -- --fail-if conditions ---------------------------------------------------------------------------------------
-
-_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
-_COND = re.compile(r"^\s*([A-Za-z_][\w.+\-:]*?)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One parsed ``--fail-if`` condition: ``name op threshold``."""
-
-    name: str
-    op: str
-    threshold: float
-    text: str
-
-    def holds(self, value: float) -> bool:
-        """True when the condition is met (NaN never meets a condition)."""
-        return (not math.isnan(value)) and bool(_OPS[self.op](value, self.threshold))
-
-
-def parse_condition(text: str) -> Condition:
-    """Parse ``"disparity>0.2"``-style conditions safely (a regular expression, no ``eval``).
-
-    Grammar: ``NAME OP NUMBER`` with OP one of ``> >= < <= == !=``; NAME is a
-    quantity of :meth:`ModelAuditResult.quantities` (``disparity``,
-    ``accuracy.max_disparity``, ``od``, ``recall.age+gender.difference``...).
-    """
-    m = _COND.match(str(text))
-    if not m:
-        raise FairvisionError(f"--fail-if {text!r}: expected NAME OP NUMBER, e.g. 'disparity>0.2' (OP: > >= < <= == !=)")
-    return Condition(m.group(1), m.group(2), float(m.group(3)), str(text).strip())
-
-
-def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mapping[str, float]) -> list[dict]:
-    """Evaluate conditions against named quantities.
-
-    Returns one dict per condition: ``condition``, ``name``, ``value``,
-    ``holds``. An unknown name is a :class:`FairvisionError` listing the
-    names that exist.
-    """
-    out = []
-    for c in conditions:
-        cond = c if isinstance(c, Condition) else parse_condition(c)
-        if cond.name not in quantities:
-            base = sorted(k for k in quantities if k.count(".") <= 1)
-            shown = ", ".join(base[:20]) + (", ..." if len(base) > 20 else "")
-            raise FairvisionError(f"--fail-if {cond.text!r}: unknown quantity {cond.name!r}; known: {shown}")
-        v = float(quantities[cond.name])
-        out.append({"condition": cond.text, "name": cond.name, "value": v, "holds": cond.holds(v)})
-    return out
-
 
 # -- face verification by group -----------------------------------------------------------------------------------
 

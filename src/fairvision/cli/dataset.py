@@ -31,22 +31,32 @@ def audit_dataset_cmd(
     skin_faces: str = typer.Option("largest", "--skin-faces", help="Faces measured per image with --measure-skin: 'largest' (the annotated person of a one-person-per-row table; default) or 'all'."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Image embeddings (.npy with ids file, .npz, or a table with sample ids) for the Vendi diversity score per group."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'nsd>0.3', 'n_empty_groups>0', 'imbalance_ratio.gender>2' (repeat for several)."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
     """Audit who is in a dataset: group and intersection counts, representation (NSD, evenness,
     effective number of groups) with subject-level bootstrap CIs, FHIBE Table 1 summary, and
     associations between attributes (NMI, chi-square with Cramér's V, NPMI heatmaps)."""
+    from fairvision.audits.gates import parse_condition
+
     check_outdir(output)
     if missing not in ("error", "drop", "keep"):
         raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
+    conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     with status("auditing dataset") as say:
         paths, audit = run_dataset_audit(
             table, attr, output, target=target, subject_col=subject_col, max_k=max_k, schema_file=schema_file,
             min_subjects=min_subjects, n_boot=n_boot, seed=seed, missing=missing, multi=multi,
             check_images=check_images, measure_skin=measure_skin, skin_method=skin_method, workers=workers,
             skin_faces=skin_faces, embeddings=embeddings, show_images=show_images, title=title, progress=say,
+            conditions=conditions,
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
+    failed = [c for c in audit.gates if c["holds"]]
+    if failed:
+        msg = "; ".join(f"{c['condition']} (value {c['value']:.4g})" for c in failed)
+        typer.echo(f"fail-if: condition met: {msg}", err=True)
+        raise typer.Exit(1)
 
 
 def run_dataset_audit(
@@ -74,6 +84,7 @@ def run_dataset_audit(
     title=None,
     progress=None,
     report_meta=None,
+    conditions=(),
 ):
     """Read a table (path or DataFrame), audit it and write the report; returns ``(paths, audit)``."""
     import pandas as pd
@@ -107,11 +118,16 @@ def run_dataset_audit(
         df, attributes, schema=schema, target=target, subject_col=subject_col, max_k=max_k,
         min_subjects=min_subjects, n_boot=n_boot, seed=seed, embeddings=emb, progress=say,
     )
+    from fairvision.audits.gates import evaluate_conditions
+
+    audit.gates = evaluate_conditions(list(conditions), audit.quantities()) if conditions else []
     say("writing report")
     report = Report(
         title=title or f"Dataset audit: {Path(source).name}",
         subtitle="fairvision dataset audit",
-        meta={"table": source, "attributes": ", ".join(attributes), "images": audit.n_samples, **(report_meta or {})},
+        meta={"table": source, "attributes": ", ".join(attributes), "images": audit.n_samples, **(report_meta or {}),
+              **({"fail_if": [c["condition"] for c in audit.gates],
+                  "failed": [c["condition"] for c in audit.gates if c["holds"]]} if audit.gates else {})},
     )
     report.add(dataset_section(audit))
     for sec in sections:

@@ -45,7 +45,7 @@ def audit_model_cmd(
         raise FairvisionError(f"--correction must be bonferroni, holm or bh, not {correction!r}")
     if not 0 < alpha < 1:
         raise FairvisionError("--alpha must be between 0 and 1")
-    from fairvision.audits.model import parse_condition
+    from fairvision.audits.gates import parse_condition
 
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     paths, result, evaluated = run_model_audit(
@@ -75,7 +75,8 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     """Read, join, audit and write the report; returns ``(paths, result, evaluated_conditions)``."""
     import pandas as pd
 
-    from fairvision.audits.model import evaluate_conditions, join_scores, model_audit
+    from fairvision.audits.gates import evaluate_conditions
+    from fairvision.audits.model import join_scores, model_audit
     from fairvision.io.tables import SAMPLE_ID, read_table
     from fairvision.report import Report
     from fairvision.report.sections.model import model_section

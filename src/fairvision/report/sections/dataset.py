@@ -29,6 +29,9 @@ def dataset_section(audit: DatasetAudit, *, title: str = "Who is in the dataset"
     key[f"groups in {' × '.join(top)}"] = int(len(audit.groups[top]))
     key["non-empty"] = int((audit.groups[top]["n_samples"] > 0).sum())
     s.metrics("overview", key)
+    for g in audit.gates:
+        verdict = "FAILS" if g["holds"] else "passes"
+        s.note(f"--fail-if {g['condition']} (value {g['value']:.4g}): {verdict}", "finding" if g["holds"] else "info")
     for w in audit.warnings:
         s.note(w, "warning")
     if audit.n_subjects is None:

@@ -1,0 +1,66 @@
+"""``--fail-if`` gates: conditions such as ``"disparity>0.2"`` evaluated on an audit's quantities.
+
+An audit exposes named numbers (``quantities()``); a CI pipeline states the
+conditions under which the audit must fail. Conditions are parsed with a
+regular expression, never ``eval``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from fairvision.errors import FairvisionError
+
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
+_COND = re.compile(r"^\s*([A-Za-z_][\w.+\-:]*?)\s*(>=|<=|==|!=|>|<)\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One parsed ``--fail-if`` condition: ``name op threshold``."""
+
+    name: str
+    op: str
+    threshold: float
+    text: str
+
+    def holds(self, value: float) -> bool:
+        """True when the condition is met (NaN never meets a condition)."""
+        return (not math.isnan(value)) and bool(_OPS[self.op](value, self.threshold))
+
+
+def parse_condition(text: str) -> Condition:
+    """Parse ``"disparity>0.2"``-style conditions safely (a regular expression, no ``eval``).
+
+    Grammar: ``NAME OP NUMBER`` with OP one of ``> >= < <= == !=``; NAME is a
+    quantity of the audit's ``quantities()`` (model audit: ``disparity``,
+    ``accuracy.max_disparity``, ``od``...; dataset audit: ``nsd``, ``nsd.gender``,
+    ``n_empty_groups``...).
+    """
+    m = _COND.match(str(text))
+    if not m:
+        raise FairvisionError(f"--fail-if {text!r}: expected NAME OP NUMBER, e.g. 'disparity>0.2' (OP: > >= < <= == !=)")
+    return Condition(m.group(1), m.group(2), float(m.group(3)), str(text).strip())
+
+
+def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mapping[str, float]) -> list[dict]:
+    """Evaluate conditions against named quantities.
+
+    Returns one dict per condition: ``condition``, ``name``, ``value``,
+    ``holds``. An unknown name is a :class:`FairvisionError` listing the
+    names that exist.
+    """
+    out = []
+    for c in conditions:
+        cond = c if isinstance(c, Condition) else parse_condition(c)
+        if cond.name not in quantities:
+            base = sorted(k for k in quantities if k.count(".") <= 1)
+            shown = ", ".join(base[:20]) + (", ..." if len(base) > 20 else "")
+            raise FairvisionError(f"--fail-if {cond.text!r}: unknown quantity {cond.name!r}; known: {shown}")
+        v = float(quantities[cond.name])
+        out.append({"condition": cond.text, "name": cond.name, "value": v, "holds": cond.holds(v)})
+    return out
