@@ -150,3 +150,16 @@ def test_audit_retrieval_measures_skin_tone(tmp_path):
     assert measured["st_class"].tolist() == expected
     doc = json.loads((out / "report.json").read_text())
     assert doc["meta"]["attribute"] == "st_class"
+
+
+def test_fail_if_gates_the_retrieval_audit(tmp_path, capsys):
+    items, res, ip, rp = _biased_run(tmp_path)
+    base = ["audit", "retrieval", "--results", str(rp), "--items", str(ip), "--attr", "tone", "--power-trials", "0",
+            "--no-progress"]
+    code = main(base + ["-o", str(tmp_path / "o1"), "--fail-if", "omnibus_p<0.01", "--fail-if", "min_nrr<0.2"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines()[-1].startswith("fail-if: condition met: omnibus_p<0.01 (value ")
+    doc = json.loads((tmp_path / "o1" / "report.json").read_text())
+    assert doc["meta"]["failed"] == ["omnibus_p<0.01"]
+    assert main(base + ["-o", str(tmp_path / "o2"), "--fail-if", "omnibus_p>0.5"]) == 0

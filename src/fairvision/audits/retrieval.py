@@ -70,6 +70,25 @@ class RetrievalAudit:
     target_power: float = 0.8
     meta: dict = field(default_factory=dict)
 
+    def quantities(self) -> dict[str, float]:
+        """Named numbers for ``--fail-if`` gates: ``omnibus_p``, ``omnibus_chi2``,
+        ``min_nrr`` (smallest normalised risk ratio), ``n_unfair`` (values below the
+        80% rule and significant after correction), ``n_below_80`` (values with nRR
+        < 0.8), and per value ``nrr.<value>``, ``rr.<value>``, ``p_adj.<value>``."""
+        om = self.parity.omnibus
+        con = self.parity.contrasts
+        q = {"omnibus_p": float(om.p_value), "omnibus_chi2": float(om.statistic)}
+        nrr = con["nrr"].astype(float)
+        q["min_nrr"] = float(nrr.min()) if len(nrr) else float("nan")
+        q["n_below_80"] = float((nrr < 0.8).sum())
+        q["n_unfair"] = float(((nrr < 0.8) & con["reject"].astype(bool)).sum()) if "reject" in con else q["n_below_80"]
+        for value, row in con.iterrows():
+            q[f"nrr.{value}"] = float(row["nrr"])
+            q[f"rr.{value}"] = float(row["rr"])
+            if "p_adj" in con:
+                q[f"p_adj.{value}"] = float(row["p_adj"])
+        return q
+
     def to_frame(self) -> pd.DataFrame:
         """One row per test (``omnibus`` then each value): the test results and, when computed,
         the power to detect RR = 0.8 / 1.25 with this catalog and ``large_enough``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
@@ -127,6 +127,7 @@ def audit_retrieval_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the Monte Carlo tests and power analysis."),
     title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_p<0.01', 'min_nrr<0.8', 'n_unfair>0' (repeat for several)."),
 ):
     """Test whether the protected attribute of a query leaks into its top-K results (distribution parity).
 
@@ -144,7 +145,10 @@ def audit_retrieval_cmd(
     from fairvision.stats.corrections import METHODS
     from fairvision.stats.parity import SmallExpectedCountWarning
 
+    from fairvision.audits.gates import evaluate_conditions, parse_condition
+
     check_outdir(outdir)
+    conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     if correction not in METHODS:
         raise FairvisionError(f"unknown --correction {correction!r}; choose one of {', '.join(METHODS)}")
     if not 0 < alpha < 1:
@@ -181,13 +185,25 @@ def audit_retrieval_cmd(
                 min_queries=min_queries, power_trials=power_trials, seed=seed, embedding_status=status,
                 progress=lambda msg: step(stages.get(msg, 0)),
             )
+    gates = evaluate_conditions(conditions, audit.quantities()) if conditions else []
     report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",
-                    meta={"command": "audit retrieval", **audit.meta, "attribute": attr})
-    report.add(retrieval_section(audit))
+                    meta={"command": "audit retrieval", **audit.meta, "attribute": attr,
+                          **({"fail_if": [g["condition"] for g in gates],
+                              "failed": [g["condition"] for g in gates if g["holds"]]} if gates else {})})
+    section = retrieval_section(audit)
+    for g in gates:
+        section.note(f"--fail-if {g['condition']} (value {g['value']:.4g}): {'FAILS' if g['holds'] else 'passes'}",
+                     "finding" if g["holds"] else "info")
+    report.add(section)
     paths = report.write(outdir, extra_files=extra or None)
     om = audit.parity.omnibus
     done(paths, f"omnibus chi2({om.dof}) = {om.statistic:.4g}, p = {om.p_value:.3g} "
                 f"({'bias detected' if om.p_value < alpha else 'no bias detected'} at alpha {alpha:g})")
+    failed = [g for g in gates if g["holds"]]
+    if failed:
+        msg = "; ".join(f"{g['condition']} (value {g['value']:.4g})" for g in failed)
+        typer.echo(f"fail-if: condition met: {msg}", err=True)
+        raise typer.Exit(1)
 
 
 def knn_cmd(
