@@ -64,3 +64,21 @@ def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mappi
         v = float(quantities[cond.name])
         out.append({"condition": cond.text, "name": cond.name, "value": v, "holds": cond.holds(v)})
     return out
+
+
+def describe(gate: Mapping) -> str:
+    """``"nsd>0.3 (value 0.6): FAILS"`` for one evaluated condition."""
+    return f"{gate['condition']} (value {gate['value']:.4g}): {'FAILS' if gate['holds'] else 'passes'}"
+
+
+def gate_meta(gates: Sequence[Mapping]) -> dict:
+    """Report metadata: the conditions given and the ones that held."""
+    return {"fail_if": [g["condition"] for g in gates], "failed": [g["condition"] for g in gates if g["holds"]]}
+
+
+def failure_message(gates: Sequence[Mapping]) -> str | None:
+    """One line naming the conditions that held, or None when all passed."""
+    failed = [g for g in gates if g["holds"]]
+    if not failed:
+        return None
+    return "fail-if: condition met: " + "; ".join(f"{g['condition']} (value {g['value']:.4g})" for g in failed)

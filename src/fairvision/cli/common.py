@@ -37,6 +37,17 @@ def check_outdir(outdir: Path) -> Path:
     return outdir
 
 
+def exit_if_gates_failed(gates) -> None:
+    """After the report is written: one line on stderr and exit status 1 when a --fail-if condition held
+    (2 is for user errors)."""
+    from fairvision.audits.gates import failure_message
+
+    msg = failure_message(gates)
+    if msg:
+        typer.echo(msg, err=True)
+        raise typer.Exit(1)
+
+
 def done(paths: dict, extra: str = "") -> None:
     typer.echo(f"report: {Path(paths['html']).resolve()}")
     typer.echo(f"json:   {Path(paths['json']).resolve()}")

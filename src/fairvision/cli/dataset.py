@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairvision.cli.common import check_outdir, done, status
+from fairvision.cli.common import check_outdir, done, exit_if_gates_failed, status
 from fairvision.errors import FairvisionError
 
 
@@ -52,11 +52,7 @@ def audit_dataset_cmd(
             conditions=conditions,
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
-    failed = [c for c in audit.gates if c["holds"]]
-    if failed:
-        msg = "; ".join(f"{c['condition']} (value {c['value']:.4g})" for c in failed)
-        typer.echo(f"fail-if: condition met: {msg}", err=True)
-        raise typer.Exit(1)
+    exit_if_gates_failed(audit.gates)
 
 
 def run_dataset_audit(
@@ -118,7 +114,7 @@ def run_dataset_audit(
         df, attributes, schema=schema, target=target, subject_col=subject_col, max_k=max_k,
         min_subjects=min_subjects, n_boot=n_boot, seed=seed, embeddings=emb, progress=say,
     )
-    from fairvision.audits.gates import evaluate_conditions
+    from fairvision.audits.gates import evaluate_conditions, gate_meta
 
     audit.gates = evaluate_conditions(list(conditions), audit.quantities()) if conditions else []
     say("writing report")
@@ -126,8 +122,7 @@ def run_dataset_audit(
         title=title or f"Dataset audit: {Path(source).name}",
         subtitle="fairvision dataset audit",
         meta={"table": source, "attributes": ", ".join(attributes), "images": audit.n_samples, **(report_meta or {}),
-              **({"fail_if": [c["condition"] for c in audit.gates],
-                  "failed": [c["condition"] for c in audit.gates if c["holds"]]} if audit.gates else {})},
+              **(gate_meta(audit.gates) if audit.gates else {})},
     )
     report.add(dataset_section(audit))
     for sec in sections:

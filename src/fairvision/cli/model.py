@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from fairvision.cli.common import check_outdir, done
+from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
 from fairvision.errors import FairvisionError
 
 
@@ -60,12 +60,7 @@ def audit_model_cmd(
         lead = top.iloc[0]
         extra += f"; largest disparity D={lead['disparity']:.3f} ({lead['metric']} by {lead['intersection']})"
     done(paths, extra)
-    failed = [c for c in evaluated if c["holds"]]
-    if failed:
-        msg = "; ".join(f"{c['condition']} (value {c['value']:.4g})" for c in failed)
-        # one line on stderr, then exit status 1 (2 is for user errors)
-        typer.echo(f"fail-if: condition met: {msg}", err=True)
-        raise typer.Exit(1)
+    exit_if_gates_failed(evaluated)
 
 
 def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_col=None, lower_is_better=(), max_k=1,
@@ -75,7 +70,7 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     """Read, join, audit and write the report; returns ``(paths, result, evaluated_conditions)``."""
     import pandas as pd
 
-    from fairvision.audits.gates import evaluate_conditions
+    from fairvision.audits.gates import evaluate_conditions, gate_meta
     from fairvision.audits.model import join_scores, model_audit
     from fairvision.io.tables import SAMPLE_ID, read_table
     from fairvision.report import Report
@@ -117,8 +112,7 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
         subtitle="fairvision model audit",
         meta={"samples": s_src, "scores": c_src, "attributes": ", ".join(attributes), "metrics": ", ".join(result.metrics),
               "correction": correction, "min_subjects": min_subjects, "test_unit": test_unit,
-              "fail_if": [c["condition"] for c in evaluated],
-              "failed": [c["condition"] for c in evaluated if c["holds"]]},
+              **gate_meta(evaluated)},
     )
     report.add(model_section(result, conditions=evaluated))
     paths = report.write(output)

@@ -138,14 +138,14 @@ def audit_retrieval_cmd(
       fairvision audit retrieval --embed-images demo --attr gender -o out
     """
     from fairvision.audits.retrieval import audit_retrieval, measure_skin_attribute
-    from fairvision.cli.common import check_outdir, done
+    from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
     from fairvision.report import Report
     from fairvision.report.sections.retrieval import retrieval_section
     from fairvision.retrieval.io import read_items, read_results
     from fairvision.stats.corrections import METHODS
     from fairvision.stats.parity import SmallExpectedCountWarning
 
-    from fairvision.audits.gates import evaluate_conditions, parse_condition
+    from fairvision.audits.gates import describe, evaluate_conditions, gate_meta, parse_condition
 
     check_outdir(outdir)
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
@@ -188,22 +188,16 @@ def audit_retrieval_cmd(
     gates = evaluate_conditions(conditions, audit.quantities()) if conditions else []
     report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",
                     meta={"command": "audit retrieval", **audit.meta, "attribute": attr,
-                          **({"fail_if": [g["condition"] for g in gates],
-                              "failed": [g["condition"] for g in gates if g["holds"]]} if gates else {})})
+                          **(gate_meta(gates) if gates else {})})
     section = retrieval_section(audit)
     for g in gates:
-        section.note(f"--fail-if {g['condition']} (value {g['value']:.4g}): {'FAILS' if g['holds'] else 'passes'}",
-                     "finding" if g["holds"] else "info")
+        section.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
     report.add(section)
     paths = report.write(outdir, extra_files=extra or None)
     om = audit.parity.omnibus
     done(paths, f"omnibus chi2({om.dof}) = {om.statistic:.4g}, p = {om.p_value:.3g} "
                 f"({'bias detected' if om.p_value < alpha else 'no bias detected'} at alpha {alpha:g})")
-    failed = [g for g in gates if g["holds"]]
-    if failed:
-        msg = "; ".join(f"{g['condition']} (value {g['value']:.4g})" for g in failed)
-        typer.echo(f"fail-if: condition met: {msg}", err=True)
-        raise typer.Exit(1)
+    exit_if_gates_failed(gates)
 
 
 def knn_cmd(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from fairvision.audits.dataset import DatasetAudit
+from fairvision.audits.gates import describe
 from fairvision.report.document import Section
 from fairvision.report import plots
 
@@ -30,8 +31,7 @@ def dataset_section(audit: DatasetAudit, *, title: str = "Who is in the dataset"
     key["non-empty"] = int((audit.groups[top]["n_samples"] > 0).sum())
     s.metrics("overview", key)
     for g in audit.gates:
-        verdict = "FAILS" if g["holds"] else "passes"
-        s.note(f"--fail-if {g['condition']} (value {g['value']:.4g}): {verdict}", "finding" if g["holds"] else "info")
+        s.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
     for w in audit.warnings:
         s.note(w, "warning")
     if audit.n_subjects is None:

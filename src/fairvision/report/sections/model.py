@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.gates import describe
 from fairvision.report import Section
 from fairvision.report import plots
 
@@ -23,10 +24,6 @@ def _forest_frame(table: pd.DataFrame, higher: bool) -> pd.DataFrame:
         half = _MAX_FOREST_ROWS // 2
         df = df.loc[list(order[:half]) + list(order[-half:])]
     return df
-
-
-def _fmt_cond(c: dict) -> str:
-    return f"{c['condition']} (value {c['value']:.4g}): {'FAILS' if c['holds'] else 'passes'}"
 
 
 def model_section(result, *, conditions: list[dict] | None = None, title: str = "Model performance by group") -> Section:
@@ -68,7 +65,7 @@ def model_section(result, *, conditions: list[dict] | None = None, title: str = 
         sec.note(f"Lower is better for: {', '.join(result.lower_is_better)} (the worst group has the larger median).")
     if conditions:
         failed = [c for c in conditions if c["holds"]]
-        sec.note("; ".join(_fmt_cond(c) for c in conditions), "finding" if failed else "info")
+        sec.note("; ".join(describe(c) for c in conditions), "finding" if failed else "info")
     if len(top):
         sec.text("Top disparities: for each metric and attribute set, the significant pair of groups with the largest D, "
                  "in the layout of the FHIBE paper's Extended Data Table 2.")
