@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fairvision.audits.skin import compare_skin, skin_distribution, wilson_ci
+from fairvision.audits.skin import compare_skin, skin_distribution
+from fairvision.stats.proportions import wilson_interval as wilson_ci
 from fairvision.errors import ColumnError
 from fairvision.report import Report
 from fairvision.report.sections.skin import skin_section

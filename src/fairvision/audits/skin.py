@@ -29,14 +29,9 @@ from fairvision.stats.proportions import wilson_interval
 from fairvision.errors import ColumnError, FairvisionError
 from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
 
-__all__ = ["ChiSquareResult", "SkinDistribution", "SkinComparison", "skin_distribution", "compare_skin", "wilson_ci"]
+__all__ = ["ChiSquareResult", "SkinDistribution", "SkinComparison", "skin_distribution", "compare_skin"]
 
 CELL_INDEX = pd.MultiIndex.from_product([list(HUES), list(TONES)], names=["skin_hue", "skin_tone"])
-
-
-def wilson_ci(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval for a binomial proportion k / n (vectorised); NaN where n = 0."""
-    return wilson_interval(k, n, level)
 
 
 @dataclass
@@ -194,7 +189,7 @@ def _edges(hv_all, bins):
 def _cells_frame(counts, level, boot=None) -> pd.DataFrame:
     n = counts.sum()
     if boot is None:
-        lo, hi = wilson_ci(counts, np.full(4, n), level)
+        lo, hi = wilson_interval(counts, np.full(4, n), level)
     else:
         lo, hi = boot
     return pd.DataFrame({"count": counts.astype(np.int64), "percent": 100.0 * counts / n if n else np.full(4, np.nan),
@@ -304,7 +299,7 @@ def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, nam
     test = chi2_homogeneity(tab.to_numpy()[n_group.to_numpy() >= min_group], columns=TONE_HUE)
     long = tab.stack().rename("count").to_frame()
     long["n_group"] = np.repeat(n_group.to_numpy(), len(TONE_HUE))
-    lo, hi = wilson_ci(long["count"].to_numpy(), long["n_group"].to_numpy(), level)
+    lo, hi = wilson_interval(long["count"].to_numpy(), long["n_group"].to_numpy(), level)
     with np.errstate(invalid="ignore", divide="ignore"):
         long["percent"] = 100.0 * long["count"] / long["n_group"].where(long["n_group"] > 0)
     long["ci_low"], long["ci_high"] = 100.0 * lo, 100.0 * hi
