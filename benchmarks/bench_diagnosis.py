@@ -2,14 +2,14 @@
 
 1. Frequent itemsets for error patterns: :func:`fairvision.stats.itemsets.fpgrowth`
    vs the brute-force enumerator that counts every item combination on the raw
-   transaction matrix (the reference used by the tests). Table: ``--rows`` samples,
+   transaction matrix (the test oracle in ``tests/oracles_diagnosis.py``). Table: ``--rows`` samples,
    6 categorical attributes (3-6 levels each) plus the low-score item; itemsets up to
    length 4. The results must be identical.
 2. Cluster-bootstrap standard errors of the decision-tree rule means:
-   :func:`group_mean_bootstrap` (per-subject sums, one matrix product per chunk of
-   replicates) vs :func:`group_mean_bootstrap_naive` (rebuild every resample row by
-   row and re-group it with pandas), both on the same multinomial draws, so the
-   standard errors must agree to rounding.
+   :func:`fairvision.stats.resample.group_mean_ci` (per-subject sums, one matrix
+   product per chunk of replicates) vs the oracle ``group_mean_bootstrap_naive``
+   (rebuild every resample row by row and re-group it with pandas), both on the
+   same multinomial draws, so the standard errors must agree to rounding.
 
     python benchmarks/bench_diagnosis.py [--rows 20000] [--subjects 1000] [--n-boot 1000]
 """
@@ -17,14 +17,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.diagnosis.error_model import group_mean_bootstrap, group_mean_bootstrap_naive
 from fairvision.audits.diagnosis.patterns import LOW_ITEM, low_score_flags, transaction_matrix
-from fairvision.stats.itemsets import fpgrowth, frequent_itemsets_bruteforce
+from fairvision.stats.itemsets import fpgrowth
+from fairvision.stats.resample import group_mean_ci
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from oracles_diagnosis import frequent_itemsets_bruteforce, group_mean_bootstrap_naive
 
 
 def _timed(fn, *a, **k):
@@ -57,10 +62,10 @@ def bench_bootstrap(rows: int, subjects: int, n_boot: int, seed: int = 0) -> Non
     clusters = np.unique(clusters, return_inverse=True)[1]
     groups = rng.integers(0, 8, rows)  # 8 leaves of a depth-3 tree
     values = rng.normal(0.7, 0.15, rows)
-    fast, t_fast = _timed(group_mean_bootstrap, values, groups, clusters, n_boot=n_boot, seed=1)
+    fast, t_fast = _timed(group_mean_ci, values, groups, clusters, n_boot=n_boot, seed=1)
     slow, t_slow = _timed(group_mean_bootstrap_naive, values, groups, clusters, n_boot=n_boot, seed=1)
     np.testing.assert_allclose(fast.to_numpy(), slow.to_numpy(), rtol=1e-9)
-    _, t_5000 = _timed(group_mean_bootstrap, values, groups, clusters, n_boot=5000, seed=1)
+    _, t_5000 = _timed(group_mean_ci, values, groups, clusters, n_boot=5000, seed=1)
     print(f"rule-mean bootstrap SEs: {rows:,} samples, {clusters.max() + 1:,} subjects, 8 rules, {n_boot:,} resamples")
     print(f"  naive loop   {t_slow:8.3f} s")
     print(f"  vectorised   {t_fast:8.3f} s   speed-up x{t_slow / t_fast:.1f}   (same draws, equal SEs and CIs)")

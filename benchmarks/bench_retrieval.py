@@ -1,6 +1,6 @@
 """Benchmark of the retrieval audit: Monte Carlo power grid and k-NN search, fast vs naive.
 
-1. Power grid (METHODS.md section 5, Algorithm 1): 1,000 trials x 25 risk
+1. Power grid (docs/METHODS.md §8.3, Algorithm 1): 1,000 trials x 25 risk
    ratios x 3 catalog sizes (100, 250, 1000) with the paper's ST1..ST6
    distribution, K = 6, alpha = 0.01; omnibus test and the six contrast tests
    per trial. Fast: :func:`fairvision.stats.power.power_grid` (all trials of a
@@ -12,7 +12,7 @@
    extrapolated to the full grid (it would take minutes); the subset's powers
    are asserted equal.
 2. k-NN top-6 over 50,000 x 512 float32 embeddings (every item queries,
-   itself excluded). Fast: :func:`fairvision.retrieval.knn_search`. Baseline:
+   itself excluded). Fast: :func:`fairvision.stats.knn.knn_search`. Baseline:
    a per-query loop of exact float64 distances to the whole catalog and a
    stable argsort, run on a subset of queries and extrapolated; the subset's
    neighbours are asserted identical and distances equal to 1e-9.
@@ -29,7 +29,7 @@ import time
 import numpy as np
 from scipy import stats as st
 
-from fairvision.retrieval.knn import knn_search
+from fairvision.stats.knn import knn_search
 from fairvision.stats.power import PAPER_P_Z, biased_distributions, default_rr_grid, power_grid
 
 K, ALPHA, TRIALS = 6, 0.01, 1000

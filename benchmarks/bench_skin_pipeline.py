@@ -69,9 +69,7 @@ def naive(paths: list[str], method: str) -> list:
     from PIL import Image, ImageOps
 
     from fairvision.skin.masks import skin_mask
-    from fairvision.audits.skin_batch import _skin_measure
-
-    measure = _skin_measure()
+    from fairvision.skin import measure
 
     out = []
     for p in paths:
@@ -85,9 +83,9 @@ def naive(paths: list[str], method: str) -> list:
 def _child(mode: str, method: str, workers: int) -> None:
     """Run one contender in this (fresh) interpreter and print JSON."""
     paths = json.loads(sys.stdin.read())
-    from fairvision.audits.skin_batch import _preload, measure_images
+    from fairvision.audits.skin_batch import measure_images, preload
 
-    _preload({"mask_method": "mediapipe"})  # imports only, outside the clock
+    preload({"mask_method": "mediapipe"})  # imports only, outside the clock
     stamps: list[float] = []
     t = time.perf_counter()
     if mode == "naive":
@@ -141,9 +139,7 @@ def cli_times(folder: Path, workers: int, repeat: int) -> tuple[float, float | N
 def stages(paths: list[str], method: str) -> dict:
     from fairvision.io.images import read_image
     from fairvision.skin.masks import skin_mask
-    from fairvision.audits.skin_batch import _skin_measure
-
-    measure = _skin_measure()
+    from fairvision.skin import measure
 
     skin_mask(read_image(paths[0]))  # build the mesh outside the clock
     t0 = time.perf_counter()

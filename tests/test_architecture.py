@@ -79,3 +79,38 @@ def test_lazy_exports_are_not_shadowed_by_submodules(package):
     for name in pkg._EXPORTS:
         value = getattr(pkg, name)
         assert not isinstance(value, types.ModuleType), f"{package}.{name} is a module, not the exported object"
+
+
+def _module_path(module: str) -> Path | None:
+    parts = module.split(".")[1:]
+    base = SRC.joinpath(*parts) if parts else SRC
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py")
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return None
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+@pytest.mark.parametrize("part,path", list(_modules()), ids=lambda x: str(x).split("fairvision/")[-1])
+def test_no_private_names_imported_across_modules(part, path):
+    """``from fairvision.x import _helper`` or ``x._helper`` from another module: make it public or move it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    module_aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("fairvision"):
+            for a in node.names:
+                assert not _is_private(a.name), f"{path.relative_to(SRC)} imports private {a.name} from {node.module}"
+                if _module_path(f"{node.module}.{a.name}") is not None:
+                    module_aliases.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("fairvision.") and a.asname:
+                    module_aliases.add(a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in module_aliases:
+            assert not _is_private(node.attr), (
+                f"{path.relative_to(SRC)}:{node.lineno} uses private {node.value.id}.{node.attr} of another module")

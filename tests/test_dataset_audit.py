@@ -7,7 +7,7 @@ import pytest
 from fairvision import stats
 from fairvision.audits.dataset import audit_dataset
 from fairvision.datasets import load_demo
-from fairvision.stats._profiles import bootstrap_counts
+from fairvision.stats.resample import bootstrap_counts
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_imbalanced_table_with_subjects_and_target():
     assert a.groups[("gender",)]["n_subjects"].sum() == 200
     m = a.npmi[("gender", "label")]
     assert m.loc["F", "happy"] > 0 and m.loc["F", "sad"] < 0
-    assert a.association.loc[("gender", "label"), "p_value"] < 1e-6
+    assert a.association.loc[("gender", "label"), "pvalue"] < 1e-6
 
 
 def test_small_groups_flagged():

@@ -5,21 +5,17 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fairvision.audits.diagnosis.confounders import control_confounder
-from fairvision.audits.diagnosis.error_model import (
-    elbow_point,
-    encode_features,
-    group_mean_bootstrap,
-    group_mean_bootstrap_naive,
-    model_errors,
-)
+from fairvision.audits.diagnosis.confounders import audit_confounder
+from fairvision.audits.diagnosis.error_model import audit_error_model, elbow_point, encode_features
 from fairvision.audits.diagnosis.patterns import (
     add_rule_attribute,
-    find_error_patterns,
+    audit_error_patterns,
     low_score_flags,
     rule_mask,
 )
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.stats.resample import group_mean_ci
+from oracles_diagnosis import group_mean_bootstrap_naive
 
 FEATURES = ["skin_tone", "lighting", "visible_keypoints", "pose", "age"]
 
@@ -45,7 +41,7 @@ def planted():
 
 
 def test_error_model_ranks_planted_feature_first(planted):
-    r = model_errors(planted, "score", FEATURES, n_estimators=60, n_boot=400)
+    r = audit_error_model(planted, "score", FEATURES, n_estimators=60, n_boot=400)
     assert r.importances.index[0] == "lighting"
     assert r.importances.sort_values("permutation", ascending=False).index[0] == "lighting"
     assert "lighting" in r.selected and r.explained
@@ -59,27 +55,27 @@ def test_error_model_ranks_planted_feature_first(planted):
 
 
 def test_error_model_without_cause_explains_nothing():
-    r = model_errors(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200)
+    r = audit_error_model(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200)
     assert not r.explained and r.r2_forest < 0.02
     assert r.meta["n_leaves"] == 1 and r.rules["condition"].tolist() == ["all samples"]  # no rule flagged
 
 
 def test_error_model_reproducible_under_seed(planted):
-    a = model_errors(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
-    b = model_errors(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
+    a = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
+    b = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
     pd.testing.assert_frame_equal(a.importances, b.importances)
     pd.testing.assert_frame_equal(a.rules, b.rules)
 
 
 def test_error_model_input_errors(planted):
     with pytest.raises(ColumnError):
-        model_errors(planted, "nope", FEATURES)
+        audit_error_model(planted, "nope", FEATURES)
     with pytest.raises(ColumnError):
-        model_errors(planted, "score", ["lighting", "nope"])
+        audit_error_model(planted, "score", ["lighting", "nope"])
     bad = planted.assign(score=planted["score"].astype(object))
     bad.loc[3, "score"] = "abc"
     with pytest.raises(ColumnError, match="row 4"):
-        model_errors(bad, "score", FEATURES)
+        audit_error_model(bad, "score", FEATURES)
 
 
 def test_encoding_categorical_missing_and_integer_rules():
@@ -97,7 +93,7 @@ def test_rule_sentences_read_like_fhibe():
     kp = rng.integers(0, 18, n)
     pose = rng.choice(["standing", "lying"], n)
     score = 0.9 - 0.4 * ((kp <= 8) & (pose == "lying")) + rng.normal(0, 0.02, n)
-    r = model_errors(pd.DataFrame({"kp": kp, "pose": pose, "ar": score}), "ar", ["kp", "pose"],
+    r = audit_error_model(pd.DataFrame({"kp": kp, "pose": pose, "ar": score}), "ar", ["kp", "pose"],
                      subject_col=None, label="AR", n_estimators=30, n_boot=200, max_depth=2)
     worst = r.rules.iloc[0]
     assert worst["condition"] in ("kp <= 8 and pose = lying", "pose = lying and kp <= 8")
@@ -118,17 +114,17 @@ def test_bootstrap_vectorised_equals_loop_and_analytic_se():
     v = rng.normal(size=120)
     g = rng.integers(0, 3, 120)
     c = np.repeat(np.arange(40), 3)
-    fast = group_mean_bootstrap(v, g, c, n_boot=200, seed=3, chunk=64)
+    fast = group_mean_ci(v, g, c, n_boot=200, seed=3, chunk=64)
     slow = group_mean_bootstrap_naive(v, g, c, n_boot=200, seed=3, chunk=64)
     pd.testing.assert_frame_equal(fast, slow, rtol=1e-10)
     # row bootstrap of one group's mean: SE close to sd / sqrt(n)
     x = rng.normal(size=400)
-    se = group_mean_bootstrap(x, np.zeros(400, int), np.arange(400), n_boot=4000, seed=0)["se"].iloc[0]
+    se = group_mean_ci(x, np.zeros(400, int), np.arange(400), n_boot=4000, seed=0)["se"].iloc[0]
     assert se == pytest.approx(x.std(ddof=0) / np.sqrt(400), rel=0.08)
 
 
 def test_patterns_name_planted_item(planted):
-    r = find_error_patterns(planted, "score", FEATURES, low_quantile=0.2)
+    r = audit_error_patterns(planted, "score", FEATURES, low_quantile=0.2)
     assert r.n_low == int(np.sum(planted["score"] <= np.quantile(planted["score"], 0.2)))
     assert ("lighting", "dim") in r.rules.iloc[0]["antecedent"]  # highest lift
     top = r.rules[r.rules["significant"]].iloc[0]
@@ -150,7 +146,7 @@ def test_patterns_name_planted_item(planted):
 
 
 def test_patterns_without_cause_flag_at_most_nominal_rate():
-    flagged = sum(bool(find_error_patterns(synth(120, 2, planted=False, seed=s), "score", FEATURES).rules["significant"].any())
+    flagged = sum(bool(audit_error_patterns(synth(120, 2, planted=False, seed=s), "score", FEATURES).rules["significant"].any())
                   for s in range(20))
     assert flagged <= 3  # Holm controls the family-wise rate at 5%: expect about 1 in 20
 
@@ -165,18 +161,18 @@ def test_low_score_flags_threshold_and_orientation():
 
 
 def test_confounder_disparity_vanishes_within_strata(planted):
-    r = control_confounder(planted, "score", "skin_tone", "lighting")
+    r = audit_confounder(planted, "score", "skin_tone", "lighting", correction="bonferroni")
     assert r.disparity_before and not r.survives
     assert not r.within["significant"].any()
     assert r.message.startswith("No significant skin tone difference once lighting is held fixed")
     # a non-confounder does not explain it away
-    r2 = control_confounder(planted, "score", "skin_tone", "pose")
+    r2 = audit_confounder(planted, "score", "skin_tone", "pose", correction="bonferroni")
     assert r2.survives
 
 
 def test_confounder_binary_outcome_uses_cmh(planted):
     d = planted.assign(detected=(planted["score"] > 0.6).astype(int))
-    r = control_confounder(d, "detected", "skin_tone", "lighting")
+    r = audit_confounder(d, "detected", "skin_tone", "lighting", correction="bonferroni")
     assert r.outcome == "binary" and r.test == "Cochran-Mantel-Haenszel"
     assert r.disparity_before and not r.survives
 
@@ -185,13 +181,13 @@ def test_confounder_null_rate():
     rej = 0
     for s in range(30):
         d = synth(80, 2, planted=False, seed=100 + s)
-        rej += control_confounder(d, "score", "skin_tone", "lighting").survives
+        rej += audit_confounder(d, "score", "skin_tone", "lighting", correction="bonferroni").survives
     assert rej <= 4  # nominal 5% of 30 = 1.5
 
 
 def test_confounder_flags_small_cells():
     d = synth(60, 1, seed=3)
-    r = control_confounder(d, "score", "skin_tone", "visible_keypoints", min_count=25)
+    r = audit_confounder(d, "score", "skin_tone", "visible_keypoints", min_count=25, correction="bonferroni")
     assert r.within["too_small"].any()
     assert r.within.loc[r.within["too_small"], "pvalue"].isna().all()
 
@@ -200,7 +196,7 @@ def test_stratified_test_holds_nominal_rate_when_cause_is_the_stratifier():
     # the tone disparity is real overall but entirely due to lighting: within lighting strata H0 holds
     before = after = 0
     for s in range(20):
-        r = control_confounder(synth(100, 2, seed=200 + s), "score", "skin_tone", "lighting")
+        r = audit_confounder(synth(100, 2, seed=200 + s), "score", "skin_tone", "lighting", correction="bonferroni")
         before += r.disparity_before
         after += r.survives
     assert before >= 18 and after <= 3
@@ -211,8 +207,8 @@ def test_subject_bootstrap_is_wider_than_image_bootstrap_for_clustered_scores():
     subj = np.repeat(np.arange(100), 5)
     v = rng.normal(size=100)[subj] + rng.normal(scale=0.3, size=500)  # strong subject effect
     g = np.zeros(500, int)
-    by_subject = group_mean_bootstrap(v, g, subj, n_boot=2000, seed=0)["se"].iloc[0]
-    by_image = group_mean_bootstrap(v, g, np.arange(500), n_boot=2000, seed=0)["se"].iloc[0]
+    by_subject = group_mean_ci(v, g, subj, n_boot=2000, seed=0)["se"].iloc[0]
+    by_image = group_mean_ci(v, g, np.arange(500), n_boot=2000, seed=0)["se"].iloc[0]
     # analytic: SE of the mean of 100 subject means vs 500 "independent" images
     assert by_subject == pytest.approx(pd.Series(v).groupby(subj).mean().std(ddof=0) / 10, rel=0.1)
     assert by_subject > 1.8 * by_image
@@ -220,6 +216,6 @@ def test_subject_bootstrap_is_wider_than_image_bootstrap_for_clustered_scores():
 
 def test_error_model_permutation_ranking_and_categorical_dtypes(planted):
     d = planted.assign(lighting=pd.Categorical(planted["lighting"]), occluded=planted["visible_keypoints"] < 4)
-    r = model_errors(d, "score", FEATURES + ["occluded"], importance="permutation", n_estimators=40, n_boot=200)
+    r = audit_error_model(d, "score", FEATURES + ["occluded"], importance="permutation", n_estimators=40, n_boot=200)
     assert r.importance == "permutation" and r.importances.index[0] == "lighting"
     assert r.importances.loc["occluded", "kind"] == "categorical"

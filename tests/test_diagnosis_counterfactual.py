@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fairvision.audits.diagnosis.counterfactual import analyse_counterfactuals, colour_transect, gamut_map_chroma
+from fairvision.audits.diagnosis.counterfactual import audit_colour_transect, audit_counterfactuals, gamut_map_chroma
 from fairvision.errors import ColumnError, FairvisionError
 
 
@@ -23,7 +23,7 @@ def _table4_example():
 
 
 def test_table4_layout_and_accuracies():
-    r = analyse_counterfactuals(_table4_example())
+    r = audit_counterfactuals(_table4_example())
     acc = r.accuracy
     assert list(acc.columns.get_level_values("variant").unique()) == ["reconstructed", "+light", "+dark"]
     assert list(acc.columns[:3]) == [("reconstructed", "F"), ("reconstructed", "M"), ("reconstructed", "All")]
@@ -34,7 +34,7 @@ def test_table4_layout_and_accuracies():
 
 
 def test_mcnemar_pairs_against_reconstructed():
-    r = analyse_counterfactuals(_table4_example(), correction="none")
+    r = audit_counterfactuals(_table4_example(), correction="none")
     t = r.tests.loc[("model", "+light", "M")]
     # M1, M2 right on reconstructed and wrong on +light (b = 2); none the other way (c = 0)
     assert (t["b"], t["c"], t["n_pairs"]) == (2, 0, 4)
@@ -48,16 +48,16 @@ def test_counterfactual_correct_column_models_and_errors():
     df = _table4_example()
     df["correct"] = (df["prediction"] == df["label"]).astype(int)
     two = pd.concat([df.assign(model="A"), df.assign(model="B")])
-    r = analyse_counterfactuals(two, correct_col="correct", model_col="model")
+    r = audit_counterfactuals(two, correct_col="correct", model_col="model")
     assert list(r.accuracy.index) == ["A", "B"]
     with pytest.raises(FairvisionError, match="reference variant"):
-        analyse_counterfactuals(df[df["variant"] != "reconstructed"])
+        audit_counterfactuals(df[df["variant"] != "reconstructed"])
     with pytest.raises(ColumnError, match="appears twice"):
-        analyse_counterfactuals(pd.concat([df, df.iloc[:1]]))
+        audit_counterfactuals(pd.concat([df, df.iloc[:1]]))
     bad = df.assign(correct=df["correct"].astype(object))
     bad.loc[2, "correct"] = "maybe"
     with pytest.raises(ColumnError, match="row 3"):
-        analyse_counterfactuals(bad, correct_col="correct")
+        audit_counterfactuals(bad, correct_col="correct")
 
 
 def test_gamut_mapping_keeps_lightness_and_hue():
@@ -105,11 +105,11 @@ def test_transect_on_real_portraits(portraits_with_masks, axis, delta):
         if np.hypot(lab_in[:, 1].mean(), lab_in[:, 2].mean()) < 2.0:  # black-and-white photo: hue undefined
             with pytest.raises(FairvisionError, match="almost grey"):
                 if axis == "h":
-                    colour_transect(img, mask, axis=axis, delta=delta)
+                    audit_colour_transect(img, mask, axis=axis, delta=delta)
                 else:
                     raise FairvisionError("almost grey")
             continue
-        res = colour_transect(img, mask, axis=axis, delta=delta)
+        res = audit_colour_transect(img, mask, axis=axis, delta=delta)
         out = res.image
         assert out.dtype == np.uint8 and out.shape == img.shape
         np.testing.assert_array_equal(out[~mask], img[~mask])  # non-skin pixels untouched
@@ -129,12 +129,12 @@ def test_transect_rejects_bad_input():
     img[..., 0] = 180
     mask = np.zeros((8, 8), bool)
     with pytest.raises(FairvisionError, match="empty"):
-        colour_transect(img, mask)
+        audit_colour_transect(img, mask)
     with pytest.raises(FairvisionError, match="shape"):
-        colour_transect(img, np.ones((4, 4), bool))
+        audit_colour_transect(img, np.ones((4, 4), bool))
     with pytest.raises(FairvisionError, match="axis"):
-        colour_transect(img, ~mask, axis="b")
-    res = colour_transect(img, ~mask, axis="L", delta=-5, estimator="mean")
+        audit_colour_transect(img, ~mask, axis="b")
+    res = audit_colour_transect(img, ~mask, axis="L", delta=-5, estimator="mean")
     assert abs(res.check["achieved"] + 5) <= 1.0
     # the mean estimator measures the same region colour independently of the transect's own bookkeeping
     assert res.check["estimator_L_change"] == pytest.approx(res.check["achieved"], abs=1e-3)

@@ -106,3 +106,50 @@ def test_workers_are_single_threaded_by_default():
     pytest.importorskip("threadpoolctl")
     out = map_items(_blas_threads, range(4), workers=2, chunksize=1)
     assert all(o.value == [1] for o in out), [o.value for o in out]
+
+
+def test_result_cache_round_trip_and_torn_records(tmp_path):
+    import numpy as np
+
+    from fairvision.engine import ResultCache, content_key, file_signature
+
+    cache = ResultCache(tmp_path / "c")
+    key = content_key({"image": file_signature(tmp_path / "none.png"), "params": {"a": 1}})
+    assert cache.get(key) is None
+    cache.put(key, {"L": np.float64(61.5), "ok": True, "reason": None})
+    assert cache.get(key) == {"L": 61.5, "ok": True, "reason": None}
+    assert content_key({"params": {"a": 1}, "image": file_signature(tmp_path / "none.png")}) == key  # order-free
+    assert content_key({"params": {"a": 2}}) != content_key({"params": {"a": 1}})
+    path = tmp_path / "c" / key[:2] / f"{key}.json"
+    path.write_text('{"L": 6')  # torn by a crash: a miss, not an error
+    assert cache.get(key) is None
+    other = content_key("other")
+    path.write_text('{"L": 1, "_key": "%s"}' % other)  # a record under the wrong name is a miss
+    assert cache.get(key) is None
+
+
+def test_file_signature_changes_with_the_file(tmp_path):
+    from fairvision.engine import file_signature
+
+    p = tmp_path / "a.txt"
+    assert file_signature(None) is None and file_signature(p)[1:] == [None, None]
+    p.write_text("one")
+    first = file_signature(p)
+    os.utime(p, ns=(first[2] + 10**9, first[2] + 10**9))
+    assert file_signature(p) != first
+
+
+def test_mask_files_are_found_by_sample_id_or_stem(tmp_path):
+    from fairvision.errors import InputFileError
+    from fairvision.io.masks import match_masks
+
+    d = tmp_path / "masks"
+    (d / "sub").mkdir(parents=True)
+    for name in ("s1.png", "s1.jpg", "img2_skin.png", "sub/img3.bmp"):
+        (d / name).write_bytes(b"x")
+    found = match_masks(d, ["s1", "s2", "s3", "s4"], ["a/x.jpg", "a/img2.jpg", "a/img3.jpg", "a/none.jpg"])
+    assert [None if f is None else os.path.relpath(f, d) for f in found] == ["s1.png", "img2_skin.png", "sub/img3.bmp", None]
+    with pytest.raises(InputFileError, match="no mask matches"):
+        match_masks(d, ["q"], ["a/q.jpg"])
+    with pytest.raises(InputFileError, match="no such masks folder"):
+        match_masks(tmp_path / "nope", ["q"], ["a/q.jpg"])

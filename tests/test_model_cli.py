@@ -35,7 +35,7 @@ def _run(*args):
 def test_report_written_with_tables_and_figures(tables, capsys):
     out = tables / "out"
     rc = _run("--samples", tables / "samples.csv", "--scores", tables / "scores.csv", "-a", "age", "-a", "gender",
-              "--max-k", "2", "--lower-is-better", "lpips", "--n-boot", "200", "-o", out)
+              "--max-k", "2", "--lower-is-better", "lpips", "--n-boot", "200", "--correction", "bonferroni", "-o", out)
     assert rc == 0
     doc = json.loads((out / "report.json").read_text())
     sec = doc["sections"][0]
@@ -55,7 +55,7 @@ def test_fail_if_exits_1_after_writing_report(tables):
     out = tables / "gate"
     cmd = [sys.executable, "-m", "fairvision", "audit", "model", "--samples", str(tables / "samples.csv"),
            "--scores", str(tables / "scores.csv"), "-a", "age", "-a", "gender", "--max-k", "2", "--n-boot", "50",
-           "--metric", "recall", "--fail-if", "disparity>0.2", "--fail-if", "recall.ratio<0.1", "-o", str(out)]
+           "--metric", "recall", "--correction", "bonferroni", "--fail-if", "disparity>0.2", "--fail-if", "recall.ratio<0.1", "-o", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
     assert (out / "report.html").exists()
@@ -69,7 +69,7 @@ def test_fail_if_exits_1_after_writing_report(tables):
 
 def test_fail_if_through_main_returns_1(tables):
     code = _run("--samples", tables / "samples.csv", "--scores", tables / "scores.csv", "-a", "age", "--n-boot", "0",
-             "--fail-if", "significant_pairs>=1", "-o", tables / "o2")
+             "--correction", "bonferroni", "--fail-if", "significant_pairs>=1", "-o", tables / "o2")
     assert code == 1
 
 
@@ -123,7 +123,7 @@ def test_on_bundled_fairface_demo_with_planted_gap(tmp_path):
 
     samples = demo_path() / "fairface" / "ground_truth.json"
     rc = _run("--samples", samples, "--scores", tmp_path / "scores.csv", "-a", "age", "-a", "gender",
-              "--n-boot", "100", "-o", tmp_path / "out")
+              "--n-boot", "100", "--correction", "bonferroni", "-o", tmp_path / "out")
     assert rc == 0
     top = pd.read_parquet(tmp_path / "out" / "tables" / "model__top-disparities.parquet")
     assert top.iloc[0]["worst_group"] == "70+ × Female"

@@ -64,12 +64,12 @@ def test_parameters_and_random_orders():
 def test_group_t_tests_bonferroni():
     ratings = pd.Series([1500, 1510, 1490, 1300, 1310, 1290, 1400, 1405], index=list("abcdefgh"))
     groups = pd.Series(["x", "x", "x", "y", "y", "y", "z", "z"], index=list("abcdefgh"))
-    res = compare_elo_groups(ratings, groups)
+    res = compare_elo_groups(ratings, groups, correction="bonferroni")
     assert len(res) == 3
     ref = stats.ttest_ind([1500, 1510, 1490], [1300, 1310, 1290])
     row = res[(res.group_a == "x") & (res.group_b == "y")].iloc[0]
     assert row.statistic == pytest.approx(ref.statistic) and row.pvalue == pytest.approx(ref.pvalue)
-    assert row.p_adjusted == pytest.approx(min(1, 3 * ref.pvalue))
+    assert row.pvalue_adjusted == pytest.approx(min(1, 3 * ref.pvalue))
 
 
 def test_bad_games():

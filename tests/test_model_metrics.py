@@ -217,8 +217,8 @@ def test_coco_reader_and_per_image_scores(tmp_path):
         read_coco_results(tmp_path / "bad2.json", g)
 
 
-def test_verification_by_group_matches_direct_computation():
-    from fairvision.audits.model import verification_by_group
+def test_audit_verification_matches_direct_computation():
+    from fairvision.audits.model import audit_verification
 
     rng = np.random.default_rng(8)
     n_id, per = 40, 3
@@ -228,7 +228,7 @@ def test_verification_by_group_matches_direct_computation():
     emb = centres[ident] + noise * rng.normal(size=(n_id * per, 16))
     df = pd.DataFrame({"subject_id": ident.astype(str), "grp": np.where(ident % 2, "noisy", "clean"),
                        "pronoun": np.where(ident < 20, "he", "she"), "tone": (ident % 6) + 1})
-    res = verification_by_group(df, emb, "grp", far=0.01, pronoun_col="pronoun", tone_col="tone")
+    res = audit_verification(df, emb, "grp", far=0.01, pronoun_col="pronoun", tone_col="tone")
     assert res.loc["clean", "tar"] > res.loc["noisy", "tar"]
     # direct: pairs with both ends in "clean"
     i, j = positive_pairs(df.subject_id)

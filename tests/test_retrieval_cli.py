@@ -58,16 +58,16 @@ def test_audit_retrieval_report_matches_independent_computation(tmp_path):
         c = (tone == v).sum()
         rr = st.contingency.relative_risk(int(a), int(n1), int(c), len(tone))
         assert con.loc[v, "rr"] == pytest.approx(rr.relative_risk)
-        assert con.loc[v, "rr_low"] == pytest.approx(rr.confidence_interval().low)
+        assert con.loc[v, "rr_ci_low"] == pytest.approx(rr.confidence_interval().low)
     names = {b.get("name") for b in doc["sections"][0]["blocks"]}
     assert {"contingency", "risk_ratio", "power", "catalog_size_check", "per_rank"} <= names
     assert "<img" not in (out / "report.html").read_text()
 
 
-def test_audit_retrieval_yates_and_no_power(tmp_path):
+def test_audit_retrieval_continuity_and_no_power(tmp_path):
     items, res, ip, rp = _biased_run(tmp_path, n=90, seed=3)
     out = tmp_path / "o"
-    assert main(["audit", "retrieval", "-r", str(rp), "-i", str(ip), "-a", "tone", "--yates", "--correction", "bonferroni",
+    assert main(["audit", "retrieval", "-r", str(rp), "-i", str(ip), "-a", "tone", "--continuity", "--correction", "bonferroni",
                  "--power-trials", "0", "--no-progress", "-o", str(out)]) == 0
     con = pd.read_parquet(out / "tables" / "retrieval__contrasts.parquet").set_index("value")
     tone = items.set_index("item_id")["tone"]
@@ -75,7 +75,7 @@ def test_audit_retrieval_yates_and_no_power(tmp_path):
     a = int((sub["item_id"].map(tone) == "ST2").sum())
     c = int((tone == "ST2").sum())
     tab = np.array([[a, len(sub) - a], [c, len(tone) - c]])
-    assert con.loc["ST2", "chi2"] == pytest.approx(st.chi2_contingency(tab, correction=True).statistic)
+    assert con.loc["ST2", "statistic"] == pytest.approx(st.chi2_contingency(tab, correction=True).statistic)
     assert not (out / "tables" / "retrieval__power-curves.parquet").exists()
 
 

@@ -10,7 +10,9 @@ import pytest
 from scipy.spatial.distance import cdist
 
 from fairvision.errors import FairvisionError
-from fairvision.retrieval import knn_search, read_embeddings, read_items, read_results
+from fairvision.io.embeddings import read_embeddings
+from fairvision.io.retrieval import read_items, read_results
+from fairvision.stats.knn import knn_search
 
 
 def _brute(x, k, metric, p=2.0, groups=None):

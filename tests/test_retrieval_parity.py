@@ -1,4 +1,4 @@
-"""Distribution parity test (METHODS.md section 5): hand-worked values and independent cross-checks."""
+"""Distribution parity test (docs/METHODS.md §8.1, §8.2): hand-worked values and independent cross-checks."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ import pytest
 from scipy import stats as st
 from scipy.stats.contingency import relative_risk
 
+from fairvision.audits.retrieval import parity_from_results
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.stats.chisquare import SmallExpectedCountWarning, batch_chi2, chi2_test, random_tables
 from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.knn import knn_search
 from fairvision.stats.parity import (
-    SmallExpectedCountWarning,
-    batch_chi2,
-    chi2_test,
     contingency,
     contrast_tests,
     normalized_rr,
     parity_test,
-    random_tables,
     risk_ratio,
 )
 
@@ -41,13 +40,13 @@ def test_contrast_hand_worked_table1_value_a():
     # (The paper's Table 2 prints 600 for the catalog's "not A" cell; the catalog row of
     # its Table 1 has 150 + 350 = 500 such items.)
     c = contrast_tests(TABLE1, correction="none")
-    assert c.loc["A", "chi2"] == pytest.approx(150.0, rel=1e-12)
-    assert c.loc["A", "dof"] == 1
+    assert c.loc["A", "statistic"] == pytest.approx(150.0, rel=1e-12)
+    assert c.loc["A", "df"] == 1
     # RR = (300/600) / (100/600) = 3; Katz se = sqrt(1/300 - 1/600 + 1/100 - 1/600) = 0.1
     assert c.loc["A", "rr"] == pytest.approx(3.0)
     z = 1.959963984540054
-    assert c.loc["A", "rr_low"] == pytest.approx(3 * math.exp(-0.1 * z), rel=1e-12)
-    assert c.loc["A", "rr_high"] == pytest.approx(3 * math.exp(0.1 * z), rel=1e-12)
+    assert c.loc["A", "rr_ci_low"] == pytest.approx(3 * math.exp(-0.1 * z), rel=1e-12)
+    assert c.loc["A", "rr_ci_high"] == pytest.approx(3 * math.exp(0.1 * z), rel=1e-12)
     assert c.loc["A", "nrr"] == pytest.approx(1 / 3)
     assert not c.loc["A", "fair_80"]
 
@@ -60,33 +59,33 @@ def test_contrasts_match_scipy():
         n1 = TABLE1.loc[v].sum()
         tab = np.array([[a, n1 - a], [cat[list(TABLE1.columns).index(v)], cat.sum() - cat[list(TABLE1.columns).index(v)]]])
         ref = st.chi2_contingency(tab, correction=False)
-        assert c.loc[v, "chi2"] == pytest.approx(ref.statistic, rel=1e-12)
-        assert c.loc[v, "p_value"] == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-300)
+        assert c.loc[v, "statistic"] == pytest.approx(ref.statistic, rel=1e-12)
+        assert c.loc[v, "pvalue"] == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-300)
         rr = relative_risk(int(a), int(n1), int(tab[1, 0]), int(cat.sum()))
         ci = rr.confidence_interval(0.95)
         assert c.loc[v, "rr"] == pytest.approx(rr.relative_risk)
-        assert c.loc[v, "rr_low"] == pytest.approx(ci.low)
-        assert c.loc[v, "rr_high"] == pytest.approx(ci.high)
+        assert c.loc[v, "rr_ci_low"] == pytest.approx(ci.low)
+        assert c.loc[v, "rr_ci_high"] == pytest.approx(ci.high)
 
 
-def test_yates_is_explicit_option_matching_scipy_default():
+def test_continuity_is_explicit_option_matching_scipy_default():
     tab = np.array([[12, 18], [25, 95]])
     plain = chi2_test(tab)
-    corrected = chi2_test(tab, yates=True)
+    corrected = chi2_test(tab, continuity=True)
     assert plain.statistic == pytest.approx(st.chi2_contingency(tab, correction=False).statistic)
     assert corrected.statistic == pytest.approx(st.chi2_contingency(tab, correction=True).statistic)
     assert corrected.statistic < plain.statistic
     # the contrast tests default to no correction
     t = pd.DataFrame([[12, 18], [20, 40], [25, 95]], index=["x", "y", "catalog"], columns=["x", "y"])
-    assert contrast_tests(t, correction="none").loc["x", "chi2"] == pytest.approx(plain.statistic)
-    assert contrast_tests(t, yates=True, correction="none").loc["x", "chi2"] == pytest.approx(corrected.statistic)
+    assert contrast_tests(t, correction="none").loc["x", "statistic"] == pytest.approx(plain.statistic)
+    assert contrast_tests(t, continuity=True, correction="none").loc["x", "statistic"] == pytest.approx(corrected.statistic)
 
 
 def test_omnibus_matches_scipy_on_table1():
     res = chi2_test(TABLE1.to_numpy())
     ref = st.chi2_contingency(TABLE1.to_numpy())
     assert res.statistic == pytest.approx(ref.statistic, rel=1e-12)
-    assert res.dof == ref.dof == 6
+    assert res.df == ref.dof == 6
     assert res.method == "chi2" and not res.small_expected
 
 
@@ -96,7 +95,7 @@ def test_small_expected_counts_warn_and_use_fisher():
     with pytest.warns(SmallExpectedCountWarning):
         res = chi2_test(tab)
     assert res.method == "fisher"
-    assert res.p_value == pytest.approx(st.fisher_exact(tab).pvalue)
+    assert res.pvalue == pytest.approx(st.fisher_exact(tab).pvalue)
     assert res.p_asymptotic == pytest.approx(st.chi2_contingency(tab, correction=False).pvalue)
     rr, lo, hi = risk_ratio(0, 12, 2, 1812)
     assert rr == 0 and lo == 0 and np.isinf(hi)  # the paper's "0 [0, inf]"
@@ -130,7 +129,7 @@ def test_monte_carlo_pvalue_matches_exact_enumeration():
     with pytest.warns(SmallExpectedCountWarning):
         res = chi2_test(tab, mc_samples=20000, seed=1)
     assert res.method == "monte-carlo"
-    assert abs(res.p_value - exact) < 4 * math.sqrt(exact * (1 - exact) / 20000) + 1e-3
+    assert abs(res.pvalue - exact) < 4 * math.sqrt(exact * (1 - exact) / 20000) + 1e-3
 
 
 def test_random_tables_keep_margins_and_mean():
@@ -160,10 +159,10 @@ def test_parity_test_builds_contingency_and_per_rank():
     items, res = _toy()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SmallExpectedCountWarning)
-        out = parity_test(res, items, "tone", k=2)
+        out = parity_from_results(res, items, "tone", k=2)
     t = out.table
     assert t.loc["x"].tolist() == [6, 0] and t.loc["y"].tolist() == [0, 6] and t.loc["catalog"].tolist() == [3, 3]
-    assert out.omnibus.dof == 2
+    assert out.omnibus.df == 2
     assert out.omnibus.statistic == pytest.approx(st.chi2_contingency(t.to_numpy()).statistic)
     assert list(out.per_rank.index) == [1, 2]
     assert out.rank_tables[1].loc["x"].tolist() == [3, 0]
@@ -187,24 +186,24 @@ def test_parity_test_api_and_correction():
         picks = rng.choice(pool, size=6, replace=False)
         rows += [(f"i{i}", r + 1, f"i{j}") for r, j in enumerate(picks)]
     res = pd.DataFrame(rows, columns=["query_id", "rank", "item_id"])
-    out = parity_test(res, items, "st", k=6, correction="bonferroni")
-    assert out.omnibus.dof == 6 and out.omnibus.p_value < 1e-6
-    assert {"chi2", "p_value", "rr", "rr_low", "rr_high", "nrr", "fair_80"} <= set(out.contrasts.columns)
-    assert np.allclose(out.contrasts["p_adj"], adjust_pvalues(out.contrasts["p_value"], "bonferroni"))
+    out = parity_from_results(res, items, "st", k=6, correction="bonferroni")
+    assert out.omnibus.df == 6 and out.omnibus.pvalue < 1e-6
+    assert {"statistic", "pvalue", "rr", "rr_ci_low", "rr_ci_high", "nrr", "fair_80"} <= set(out.contrasts.columns)
+    assert np.allclose(out.contrasts["pvalue_adjusted"], adjust_pvalues(out.contrasts["pvalue"], "bonferroni"))
     assert (out.contrasts["rr"] > 1).all()
     # k smaller than the lists: only the top 3 count
-    out3 = parity_test(res, items, "st", k=3)
+    out3 = parity_from_results(res, items, "st", k=3)
     assert out3.table.drop(index="catalog").to_numpy().sum() == 3 * n
 
 
 def test_parity_test_bad_input_names_row_or_column():
     items, res = _toy()
     with pytest.raises(ColumnError, match="tone2"):
-        parity_test(res, items, "tone2")
+        parity_from_results(res, items, "tone2")
     bad = res.copy()
     bad.loc[4, "item_id"] = "zz"
     with pytest.raises(FairvisionError, match="row 5.*'zz'"):
-        parity_test(bad, items, "tone")
+        parity_from_results(bad, items, "tone")
 
 
 def test_contingency_counts():
@@ -218,9 +217,39 @@ def test_value_without_queries_is_not_judged():
     res = pd.DataFrame({"query_id": list("abcdefgh"), "rank": [1] * 8, "item_id": list("bcadefhg")})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SmallExpectedCountWarning)
-        out = parity_test(res, items, "tone", k=1)
+        out = parity_from_results(res, items, "tone", k=1)
     assert list(out.table.index) == ["x", "y", "z", "catalog"]
-    assert out.omnibus.dof == 2  # the empty z row and column are dropped
+    assert out.omnibus.df == 2  # the empty z row and column are dropped
     assert pd.isna(out.contrasts.loc["z", "fair_80"]) and np.isnan(out.contrasts.loc["z", "rr"])
     assert out.contrasts.loc["x", "rr"] == pytest.approx((3 / 4) / (4 / 8))
     assert out.omnibus.method == "monte-carlo"
+
+
+def test_array_parity_test_equals_the_results_table_route():
+    items, res = _toy()
+    tone = items.set_index("item_id")["tone"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallExpectedCountWarning)
+        via_tables = parity_from_results(res, items, "tone", k=2)
+        direct = parity_test(res["query_id"].map(tone), res["item_id"].map(tone), items["tone"],
+                             query_ids=res["query_id"], ranks=res["rank"], k=2)
+    pd.testing.assert_frame_equal(direct.table, via_tables.table)
+    pd.testing.assert_frame_equal(direct.contrasts, via_tables.contrasts)
+    assert (direct.statistic, direct.pvalue, direct.df) == (via_tables.omnibus.statistic, via_tables.omnibus.pvalue, 2)
+    # without ids and ranks every pair is a query of its own (K = 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallExpectedCountWarning)
+        single = parity_test(res["query_id"].map(tone), res["item_id"].map(tone), items["tone"])
+    assert single.k == 1 and single.n_queries == len(res)
+    assert single.statistic == pytest.approx(direct.statistic)
+
+
+def test_deprecated_retrieval_facade_forwards():
+    import fairvision.retrieval as old  # the one place that may import the deprecated facade
+
+    with pytest.warns(DeprecationWarning, match="fairvision.stats.knn.knn_search"):
+        assert old.knn_search is knn_search
+    with pytest.warns(DeprecationWarning, match="parity_from_results"):
+        assert old.parity_test is parity_from_results
+    with pytest.raises(AttributeError):
+        old.no_such_name

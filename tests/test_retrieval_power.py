@@ -1,4 +1,4 @@
-"""Monte Carlo power of the parity tests (METHODS.md section 5, Algorithm 1)."""
+"""Monte Carlo power of the parity tests (docs/METHODS.md §8.3, Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_vectorised_decisions_equal_scipy_per_trial():
     q, r = simulate_counts(p, 0.85, 120, 6, 60, rng)
     om = omnibus_reject(q, r, 0.05)
     co = contrast_reject(q, r, 6, 0.05)
-    co_y = contrast_reject(q, r, 6, 0.05, yates=True)
+    co_y = contrast_reject(q, r, 6, 0.05, continuity=True)
     for t in range(60):
         table = np.vstack([r[t], q[t]])
         table = table[table.sum(1) > 0][:, table.sum(0) > 0]

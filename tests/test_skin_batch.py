@@ -37,9 +37,7 @@ def few(portraits, tmp_path):
 
 def test_portraits_end_to_end_two_workers(portraits):
     from fairvision.skin.masks import skin_mask
-    from fairvision.audits.skin_batch import _skin_measure
-
-    measure = _skin_measure()
+    from fairvision.skin import measure
 
     df = measure_images(portraits, workers=2, progress=False, categories=False)
     assert len(df) == 62 and df.sample_id.tolist() == portraits.sample_id.tolist()
@@ -115,9 +113,7 @@ def test_failures_are_rows_with_reasons(few, tmp_path):
 
 def test_supplied_masks_binary_and_label_maps(few, tmp_path):
     from fairvision.skin.masks import skin_mask
-    from fairvision.audits.skin_batch import _skin_measure
-
-    measure = _skin_measure()
+    from fairvision.skin import measure
 
     bdir, ldir = tmp_path / "bin", tmp_path / "lab"
     bdir.mkdir()
@@ -150,8 +146,11 @@ def test_supplied_masks_binary_and_label_maps(few, tmp_path):
 
 
 def test_overlays_written(few, tmp_path):
+    from fairvision.report.overlays import render_overlay
+
     out = tmp_path / "ov"
-    df = measure_images(few.head(2), overlays_dir=out, workers=1, progress=False, categories=False)
+    df = measure_images(few.head(2), overlays_dir=out, workers=1, progress=False, categories=False,
+                        overlay=render_overlay)
     for sid, path in zip(df.sample_id, df.image_path):
         ov = read_image(out / f"{sid}.png")
         img = read_image(path)
@@ -162,7 +161,7 @@ def test_overlays_written(few, tmp_path):
     cache = tmp_path / "c"
     measure_images(few.head(1), cache_dir=cache, method="mean", workers=1, progress=False, categories=False)
     df = measure_images(few.head(1), cache_dir=cache, method="mean", overlays_dir=tmp_path / "ov2", workers=1,
-                        progress=False, categories=False)
+                        progress=False, categories=False, overlay=render_overlay)
     assert not df.from_cache.any() and (tmp_path / "ov2" / f"{df.sample_id[0]}.png").is_file()
 
 
@@ -237,17 +236,15 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message, few, tmp_path, caps
 
 def test_overlay_clusters_reproduce_the_estimator_assignment(portraits):
     """The overlay's per-pixel clusters (nearest final centre) give the estimator's own cluster sizes."""
-    from fairvision.audits.skin_batch import _cluster_labels
+    from fairvision.report.overlays import cluster_labels
     from fairvision.skin.masks import skin_mask
-    from fairvision.audits.skin_batch import _skin_measure
-
-    measure = _skin_measure()
+    from fairvision.skin import measure
 
     for path in portraits.image_path[:3]:
         img = read_image(path)
         mask = skin_mask(img).mask
         meas = measure(img, mask=mask, method="thong")
-        labels = _cluster_labels(img, mask, meas.extra)
+        labels = cluster_labels(img, mask, meas.extra)
         assert np.bincount(labels, minlength=5).tolist() == list(meas.extra["cluster_sizes"])
 
 

@@ -105,7 +105,7 @@ def test_thong_is_deterministic_and_reports_stability():
 def test_published_compat_mode():
     img = render(60.0, 14.0, 17.0, seed=1)
     p = measure(img, MASK, "thong-published", n_boot=0)
-    assert p.method == "thong-published" and p.extra["random_state"] == 2021 and p.extra["n_init"] == 1
+    assert p.method == "thong-published" and p.extra["kmeans_seed"] == 2021 and p.extra["n_init"] == 1
     # left bin edges bias the modes low by up to a bin; still near the truth
     assert abs(p.L - 60.0) < 2.0 and abs(p.hue - hue_of(14, 17)) < 3.0
     # the arctan quirk: a greenish-yellow colour (a* < 0) gets a negative published hue

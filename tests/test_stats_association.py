@@ -68,7 +68,7 @@ def test_chi2_and_cramers_v_match_scipy():
     ref = sps.chi2_contingency(ct, correction=False)
     assert res.statistic == pytest.approx(ref.statistic, rel=1e-12)
     assert res.pvalue == pytest.approx(ref.pvalue, rel=1e-10)
-    assert res.dof == ref.dof
+    assert res.df == ref.dof
     assert res.cramers_v == pytest.approx(association(ct, method="cramer", correction=False), rel=1e-12)
 
 
@@ -77,4 +77,4 @@ def test_chi2_drops_declared_empty_values():
     schema = Schema().add(Attribute("x", categories=["a", "b", "c"]))
     res = stats.chi2_independence(df, "x", "y", schema=schema)
     assert res.dropped == ("x=c",)
-    assert res.dof == 1
+    assert res.df == 1

@@ -1,7 +1,7 @@
 """Attribute schema: declared categories, order, binning, multi-valued attributes and hierarchies.
 
-FHIBE-style annotations need more than a column of strings (METHODS.md section 4,
-"Attribute expansion"):
+FHIBE-style annotations need more than a column of strings (docs/METHODS.md §3.1;
+FHIBE Methods, "Annotation categories and guidelines"):
 
 * **declared categories** so that a group with no members is still reported;
 * **ordered categories** (age groups) so tables and plots keep their order;
@@ -31,7 +31,7 @@ from fairvision.errors import ColumnError, FairvisionError, InputFileError
 
 MISSING_LABEL = "(missing)"
 
-#: FHIBE's age groups (METHODS.md section 4).
+#: FHIBE's age groups (docs/METHODS.md §3.1).
 FHIBE_AGE_BINS = (18, 30, 40, 50, 60, math.inf)
 FHIBE_AGE_LABELS = ("18-29", "30-39", "40-49", "50-59", "60+")
 

@@ -3,7 +3,10 @@ mask) fail more often for some groups than for others?
 
 A face detector that misses one group more than another biases every
 measurement built on it, so the miss rate by group is itself a finding
-(FHIBE reports face detection by group for the same reason).
+(FHIBE reports face detection by group for the same reason). Rates carry
+Wilson intervals (docs/METHODS.md §4.4), the tests are chi-square tests of
+independence (docs/METHODS.md §4.1) corrected for multiplicity over the
+attributes (docs/METHODS.md §4.3).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from fairvision.groups import combine, memberships
 from fairvision.schema import Schema
-from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.chisquare import chi2_test
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
 from fairvision.stats.proportions import wilson_interval
 
 
@@ -31,13 +34,14 @@ class Coverage:
     by_group: pd.DataFrame
     tests: pd.DataFrame
     findings: list[str] = field(default_factory=list)
+    correction: str = DEFAULT_CORRECTION
 
     def to_frame(self) -> pd.DataFrame:
         return self.by_group
 
 
 def coverage_by_group(
-    df: pd.DataFrame,
+    data: pd.DataFrame,
     ok: str | np.ndarray,
     attributes: Sequence[str],
     *,
@@ -45,17 +49,21 @@ def coverage_by_group(
     step: str = "measurement",
     level: float = 0.95,
     alpha: float = 0.05,
+    correction: str = DEFAULT_CORRECTION,
 ) -> Coverage:
     """Rate of successful measurement per group of each attribute.
 
     For each attribute a chi-square test of independence between success and
-    group (Fisher's exact test for 2 x 2 tables), Bonferroni-corrected over the
-    attributes, tells whether the rates differ more than chance allows.
+    group (Fisher's exact test for 2 x 2 tables), corrected for multiplicity
+    over the attributes (``correction``: ``"none"``, ``"bonferroni"``,
+    ``"holm"`` or ``"bh"``), tells whether the rates differ more than chance
+    allows. The tests table has ``statistic`` (X^2), ``pvalue`` and
+    ``pvalue_adjusted``.
     """
-    okv = np.asarray(df[ok] if isinstance(ok, str) else ok).astype(bool)
+    okv = np.asarray(data[ok] if isinstance(ok, str) else ok).astype(bool)
     rows, tests, findings = [], [], []
-    for m in memberships(df, attributes, schema):
-        comb = combine([m], len(df))
+    for m in memberships(data, attributes, schema):
+        comb = combine([m], len(data))
         n = np.bincount(comb.codes, minlength=comb.n_cells)
         k = np.bincount(comb.codes, weights=okv[comb.rows].astype(float), minlength=comb.n_cells)
         lo, hi = wilson_interval(k, n, level)
@@ -64,18 +72,16 @@ def coverage_by_group(
                          "rate": k[g] / n[g] if n[g] else np.nan, "ci_low": lo[g], "ci_high": hi[g]})
         table = np.stack([k, n - k], axis=1)[n > 0]
         if table.shape[0] >= 2 and (table.sum(axis=0) > 0).all():
-            if table.shape == (2, 2):
-                stat, p = sps.fisher_exact(table)
-                test = "Fisher exact"
-            else:
-                res = sps.chi2_contingency(table, correction=False)
-                stat, p, test = res.statistic, res.pvalue, "chi-square"
+            # Fisher's exact test for 2 x 2, the asymptotic chi-square test otherwise
+            res = chi2_test(table, exact="always" if table.shape == (2, 2) else "never", warn=False)
+            stat, p = res.statistic, res.pvalue
+            test = "Fisher exact" if res.method == "fisher" else "chi-square"
         else:
             stat, p, test = np.nan, np.nan, "not testable (all succeeded or all failed)"
-        tests.append({"attribute": m.name, "test": test, "statistic": stat, "p_value": p})
+        tests.append({"attribute": m.name, "test": test, "statistic": stat, "pvalue": p})
     tests_df = pd.DataFrame(tests)
-    tests_df["p_bonferroni"] = adjust_pvalues(tests_df["p_value"].to_numpy(), "bonferroni")
-    tests_df["differs"] = tests_df["p_bonferroni"] < alpha
+    tests_df["pvalue_adjusted"] = adjust_pvalues(tests_df["pvalue"].to_numpy(), correction)
+    tests_df["differs"] = tests_df["pvalue_adjusted"] < alpha
     by_group = pd.DataFrame(rows).set_index(["attribute", "group"])
     for _, t in tests_df[tests_df["differs"]].iterrows():
         g = by_group.loc[t["attribute"]]
@@ -83,7 +89,8 @@ def coverage_by_group(
         best = g["rate"].idxmax()
         findings.append(
             f"The {step} succeeds less often for {t['attribute']} = {worst} ({g.loc[worst, 'rate']:.0%}) than for "
-            f"{best} ({g.loc[best, 'rate']:.0%}); p = {t['p_bonferroni']:.2g} after Bonferroni. Measurements built on it "
-            f"under-represent that group."
+            f"{best} ({g.loc[best, 'rate']:.0%}); p = {t['pvalue_adjusted']:.2g} after {correction} correction. "
+            f"Measurements built on it under-represent that group."
         )
-    return Coverage(step, float(okv.mean()) if len(okv) else np.nan, int(len(okv)), by_group, tests_df.set_index("attribute"), findings)
+    return Coverage(step, float(okv.mean()) if len(okv) else np.nan, int(len(okv)), by_group, tests_df.set_index("attribute"),
+                    findings, correction)

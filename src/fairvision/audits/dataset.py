@@ -1,30 +1,32 @@
 """Dataset audit: who is in a human-centric image dataset (FHIBE section "dataset";
-bias-transfer paper's representation and stereotype metrics; METHODS.md 4 and 7).
+bias-transfer paper's representation and stereotype metrics; docs/METHODS.md §5).
 
 For the chosen attributes it counts every group and every k-way intersection
 (samples and subjects), summarises the intersections in the layout of the
 FHIBE paper's Table 1, scores representation (NSD, evenness, effective number
 of groups, imbalance ratio) with cluster-bootstrap CIs that resample subjects,
 and measures association between attributes (NMI, chi-square with Cramér's V,
-NPMI for every value pair).
+NPMI for every value pair). Groups and intersections come from
+:mod:`fairvision.groups` (docs/METHODS.md §3.2), the bootstrap from
+:mod:`fairvision.stats.resample` (docs/METHODS.md §4.2).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fairvision.errors import FairvisionError
-from fairvision.groups import cell_counts, combine, memberships, subject_codes, intersection_summary, _frame
+from fairvision.groups import combine, count_table, intersection_summary, intersections, memberships, subject_codes
 from fairvision.io.tables import SUBJECT_ID, validate_sample_table
 from fairvision.schema import Schema
-from fairvision.stats import association, corrections, representation
-from fairvision.stats._profiles import bootstrap_counts
-from fairvision.stats.resample import bias_corrected_ci, percentile_ci
+from fairvision.stats import association, representation
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.diversity import vendi_score
+from fairvision.stats.resample import bias_corrected_ci, bootstrap_counts, count_shares, percentile_ci
 
 
 @dataclass
@@ -43,10 +45,11 @@ class DatasetAudit:
     npmi: dict[tuple[str, str], pd.DataFrame]
     min_subjects: int
     n_boot: int
-    ci_level: float
+    level: float
     warnings: list[str] = field(default_factory=list)
     diversity: pd.DataFrame | None = None
     gates: list[dict] = field(default_factory=list)
+    correction: str = DEFAULT_CORRECTION
 
     def quantities(self) -> dict[str, float]:
         """Named numbers for ``--fail-if`` gates (see :mod:`fairvision.audits.gates`).
@@ -90,7 +93,7 @@ class DatasetAudit:
 
 
 def audit_dataset(
-    table: pd.DataFrame,
+    data: pd.DataFrame,
     attributes: Sequence[str],
     *,
     schema: Schema | None = None,
@@ -99,17 +102,18 @@ def audit_dataset(
     max_k: int = 2,
     min_subjects: int = 10,
     n_boot: int = 1000,
-    ci_level: float = 0.95,
+    level: float = 0.95,
     ci_max_k: int = 1,
     seed: int = 0,
     embeddings: np.ndarray | None = None,
+    correction: str = DEFAULT_CORRECTION,
     progress: Callable[[str], None] | None = None,
 ) -> DatasetAudit:
     """Audit the composition of a sample table.
 
     Parameters
     ----------
-    table : DataFrame
+    data : DataFrame
         One row per image (see :func:`fairvision.io.read_table`).
     attributes : list of str
         Attribute columns (or schema names) that define groups.
@@ -128,59 +132,68 @@ def audit_dataset(
         Largest intersection size.
     min_subjects : int
         Groups with fewer subjects are flagged as too small to judge (FHIBE
-        keeps groups with at least 10 subjects).
-    n_boot, ci_level, ci_max_k : bootstrap settings; CIs are computed for
+        keeps groups with at least 10 subjects; docs/METHODS.md §3.3).
+    n_boot, level, ci_max_k : bootstrap settings; CIs are computed for
         attribute sets of size up to ``ci_max_k`` (0 disables them).
+    seed : int
+        Randomness of the bootstrap.
     embeddings : array (n_rows, d), optional
         Image embeddings aligned with the table's rows; adds the Vendi score
-        (visual diversity, FHIBE) of the whole set and of every group.
+        (visual diversity, FHIBE; docs/METHODS.md §5.3) of the whole set and
+        of every group.
+    correction : str
+        Multiple-testing correction of the association tests over the
+        attribute pairs: ``"none"``, ``"bonferroni"``, ``"holm"`` or ``"bh"``
+        (docs/METHODS.md §4.3).
+    progress : callable, optional
+        Called with a short message at each step.
+
+    Returns
+    -------
+    DatasetAudit
+        ``association`` has columns ``nmi``, ``statistic`` (X^2), ``df``,
+        ``pvalue``, ``cramers_v``, ``min_expected``, ``pvalue_adjusted``.
     """
-    source = table.attrs.get("source", "table")
-    validate_sample_table(table, source=source)
+    source = data.attrs.get("source", "table")
+    validate_sample_table(data, source=source)
     attributes = list(attributes)
     if not attributes:
         raise FairvisionError("give at least one attribute (--attr COLUMN)")
     if target is not None and target in attributes:
         raise FairvisionError(f"{target!r} is both an attribute and the target")
-    if subject_col is None and SUBJECT_ID in table.columns:
+    if subject_col is None and SUBJECT_ID in data.columns:
         subject_col = SUBJECT_ID
     say = progress or (lambda msg: None)
     schema = schema or Schema()
 
     say("grouping")
-    names = attributes + ([target] if target else [])
-    ms = {m.name: m for m in memberships(table, names, schema, source=source)}
-    subj = subject_codes(table, subject_col, source=source)
-    n = len(table)
+    subj = subject_codes(data, subject_col, source=source)
+    n = len(data)
     n_subj = int(subj.max()) + 1 if subj is not None else None
 
     groups: dict[tuple[str, ...], pd.DataFrame] = {}
     rep_rows = []
     warnings: list[str] = []
-    attr_ms = [ms[a] for a in [schema.get(x).name for x in attributes]]
-    for k in range(1, min(max_k, len(attr_ms)) + 1):
-        for combo in combinations(attr_ms, k):
-            comb = combine(list(combo), n)
-            ns, nsub = cell_counts(comb, subj)
-            frame = _frame(comb, ns, nsub)
-            row = {"attributes": " × ".join(comb.names), "k": k}
-            row.update(representation.representation_summary(ns))
-            if k <= ci_max_k and n_boot > 0:
-                say(f"bootstrap {row['attributes']}")
-                reps = bootstrap_counts(comb.rows, comb.codes, comb.n_cells, n, subj, n_boot, seed)
-                for mname, fn in representation.METRICS.items():
-                    vals = fn(reps)
-                    row[f"{mname}_ci_low"], row[f"{mname}_ci_high"] = bias_corrected_ci(
-                        vals, row[mname], ci_level, representation.BOUNDS[mname](comb.n_cells)
-                    )
-                tot = reps.sum(axis=1, keepdims=True)
-                shares = np.divide(reps, tot, out=np.full_like(reps, np.nan), where=tot > 0)
-                lo, hi = percentile_ci(shares, ci_level)
-                frame["share_ci_low"], frame["share_ci_high"] = lo, hi
-            size = frame["n_subjects"] if "n_subjects" in frame.columns else frame["n_samples"]
-            frame["too_small"] = size.to_numpy() < min_subjects
-            groups[comb.names] = frame
-            rep_rows.append(row)
+    attr_names = [schema.get(x).name for x in attributes]
+    inters = intersections(data, attr_names, max_k, schema, source=source, max_declared=None)
+    for inter in inters:
+        frame = count_table(inter, subj)
+        ns = frame["n_samples"].to_numpy()
+        row = {"attributes": " × ".join(inter.names), "k": inter.k}
+        row.update(representation.representation_summary(ns))
+        if inter.k <= ci_max_k and n_boot > 0:
+            say(f"bootstrap {row['attributes']}")
+            reps = bootstrap_counts(inter.rows, inter.codes, inter.n_cells, n, subj, n_boot, seed)
+            for mname, fn in representation.METRICS.items():
+                vals = fn(reps)
+                row[f"{mname}_ci_low"], row[f"{mname}_ci_high"] = bias_corrected_ci(
+                    vals, row[mname], level, representation.BOUNDS[mname](inter.n_cells)
+                )
+            frame["share_ci_low"], frame["share_ci_high"] = percentile_ci(count_shares(reps), level)
+        size = frame["n_subjects"] if "n_subjects" in frame.columns else frame["n_samples"]
+        frame["too_small"] = size.to_numpy() < min_subjects
+        groups[inter.names] = frame
+        rep_rows.append(row)
     representation_df = pd.DataFrame(rep_rows).set_index("attributes")
     summary = intersection_summary(groups, min_subjects=min_subjects)
 
@@ -197,32 +210,44 @@ def audit_dataset(
     say("association")
     assoc_rows = []
     npmi_tables: dict[tuple[str, str], pd.DataFrame] = {}
-    pairs = list(combinations(attributes, 2)) + ([(a, target) for a in attributes] if target else [])
+    pairs = [(a, b) for i, a in enumerate(attributes) for b in attributes[i + 1:]]
+    pairs += [(a, target) for a in attributes] if target else []
+    # the two-way intersections are already built; only pairs with the target (or max_k = 1) need memberships
+    built = {inter.names: inter for inter in inters}
+    ms = {}
     for x, y in pairs:
-        mx, my = ms[schema.get(x).name], ms[schema.get(y).name]
-        comb = combine([mx, my], n)
-        ct = np.bincount(comb.codes, minlength=comb.n_cells).reshape(mx.n_groups, my.n_groups).astype(float)
-        ct_df = pd.DataFrame(ct, index=pd.Index(mx.categories, name=mx.name), columns=pd.Index(my.categories, name=my.name))
-        npmi_tables[(mx.name, my.name)] = association.npmi(ct_df, mx.name, my.name)
-        row = {"x": mx.name, "y": my.name, "role": "target" if y == target else "attributes", "nmi": association.nmi(ct_df, mx.name, my.name)}
+        xn, yn = schema.get(x).name, schema.get(y).name
+        comb = built.get((xn, yn))
+        if comb is None:
+            for name in (xn, yn):
+                if name not in ms:
+                    ms[name] = memberships(data, [name], schema, source=source)[0]
+            comb = combine([ms[xn], ms[yn]], n)
+        lx, ly = comb.levels
+        ct = np.bincount(comb.codes, minlength=comb.n_cells).reshape(len(lx), len(ly)).astype(float)
+        ct_df = pd.DataFrame(ct, index=pd.Index(lx, name=xn), columns=pd.Index(ly, name=yn))
+        npmi_tables[(xn, yn)] = association.npmi(ct_df, xn, yn)
+        row = {"x": xn, "y": yn, "role": "target" if y == target else "attributes", "nmi": association.nmi(ct_df, xn, yn)}
         try:
-            chi = association.chi2_independence(ct_df, mx.name, my.name)
-            row.update(chi2=chi.statistic, dof=chi.dof, p_value=chi.pvalue, cramers_v=chi.cramers_v, min_expected=chi.min_expected)
+            chi = association.chi2_independence(ct_df, xn, yn)
+            row.update(statistic=chi.statistic, df=chi.df, pvalue=chi.pvalue, cramers_v=chi.cramers_v,
+                       min_expected=chi.min_expected)
             if chi.small_expected:
-                warnings.append(f"{mx.name} × {my.name}: some expected counts are below 5 (min {chi.min_expected:.2g}); the chi-square p-value is approximate.")
+                warnings.append(f"{xn} × {yn}: expected counts fail Cochran's rule (min {chi.min_expected:.2g}); "
+                                "the chi-square p-value is approximate.")
         except FairvisionError as exc:
-            row.update(chi2=np.nan, dof=np.nan, p_value=np.nan, cramers_v=np.nan, min_expected=np.nan)
+            row.update(statistic=np.nan, df=np.nan, pvalue=np.nan, cramers_v=np.nan, min_expected=np.nan)
             warnings.append(str(exc))
         assoc_rows.append(row)
-    assoc = pd.DataFrame(assoc_rows, columns=["x", "y", "role", "nmi", "chi2", "dof", "p_value", "cramers_v", "min_expected"])
+    assoc = pd.DataFrame(assoc_rows, columns=["x", "y", "role", "nmi", "statistic", "df", "pvalue", "cramers_v", "min_expected"])
     if len(assoc):
-        assoc["p_bonferroni"] = corrections.adjust_pvalues(assoc["p_value"].to_numpy(), "bonferroni")
+        assoc["pvalue_adjusted"] = adjust_pvalues(assoc["pvalue"].to_numpy(), correction)
         assoc = assoc.set_index(["x", "y"])
 
     diversity = None
     if embeddings is not None:
         say("diversity")
-        diversity = _diversity(embeddings, n, [ms[schema.get(a).name] for a in attributes], min_subjects)
+        diversity = _diversity(embeddings, n, [built[(a,)] for a in attr_names], min_subjects)
 
     return DatasetAudit(
         n_samples=n,
@@ -237,24 +262,23 @@ def audit_dataset(
         npmi=npmi_tables,
         min_subjects=min_subjects,
         n_boot=n_boot,
-        ci_level=ci_level,
+        level=level,
         warnings=warnings,
         diversity=diversity,
+        correction=correction,
     )
 
 
-def _diversity(embeddings: np.ndarray, n: int, ms, min_size: int) -> pd.DataFrame:
-    """Vendi score of all images and of each group (METHODS.md 4); VS / n is comparable across sizes."""
-    from fairvision.stats.diversity import vendi_score
-
+def _diversity(embeddings: np.ndarray, n: int, one_way, min_size: int) -> pd.DataFrame:
+    """Vendi score of all images and of each group (docs/METHODS.md §5.3); VS / n is comparable across sizes."""
     x = np.asarray(embeddings)
     if x.ndim != 2 or x.shape[0] != n:
         raise FairvisionError(f"embeddings: expected {n} rows (one per image), got shape {x.shape}")
     rows = [{"attribute": "(all)", "group": "(all)", "n_images": n, "vendi": vendi_score(x)}]
-    for m in ms:
-        for g, cat in enumerate(m.categories):
+    for m in one_way:
+        for g, cat in enumerate(m.levels[0]):
             idx = m.rows[m.codes == g]
-            rows.append({"attribute": m.name, "group": cat, "n_images": int(idx.size),
+            rows.append({"attribute": m.names[0], "group": cat, "n_images": int(idx.size),
                          "vendi": vendi_score(x[idx]) if idx.size else np.nan})
     out = pd.DataFrame(rows).set_index(["attribute", "group"])
     out["vendi_per_image"] = out["vendi"] / out["n_images"].where(out["n_images"] > 0)

@@ -1,29 +1,32 @@
 """Model audit: per-sample scores disaggregated by group and intersection, with honest uncertainty.
 
-Implements issue 4 on top of METHODS.md sections 4 and 7:
+This module composes the shared pieces; it builds no groups and draws no
+bootstrap itself:
 
 * **Disaggregation** of any per-sample score by every attribute and every
-  k-way intersection (``Attribute.membership``, so multi-valued and
-  hierarchical attributes count a sample in each of its groups). Groups with
-  fewer than ``min_subjects`` subjects are *reported* as too small (with their
-  numbers), never silently dropped, and are left out of comparisons.
+  k-way intersection (:func:`fairvision.groups.intersections`, so multi-valued
+  and hierarchical attributes count a sample in each of its groups). Groups
+  with fewer than ``min_subjects`` subjects are *reported* as too small (with
+  their numbers), never silently dropped, and are left out of comparisons
+  (docs/METHODS.md §3.3, §6.2).
 * **Uncertainty**: percentile CIs of group means from a cluster bootstrap over
-  subjects (several images of one person are not independent), plus min, max,
-  difference and ratio between the worst and best group with CIs.
-* **FHIBE benchmarking analysis** (METHODS.md section 4): all pairs, two-sided
-  Mann-Whitney U, Bonferroni/Holm/BH within each attribute or intersection,
+  subjects (:mod:`fairvision.stats.resample`; several images of one person are
+  not independent), plus min, max, difference and ratio between the worst and
+  best group with CIs.
+* **FHIBE benchmarking analysis** (docs/METHODS.md §6.3): all pairs, two-sided
+  Mann-Whitney U, Holm/Bonferroni/BH within each attribute or intersection,
   disparity D with best and worst group, effect size (rank-biserial), and the
   top disparities across all intersections in the layout of the FHIBE paper's
   Extended Data Table 2. Lower-is-better metrics swap best and worst.
-* **Multi-class OD** (METHODS.md section 7) with a bootstrap CI.
+* **Multi-class OD** (docs/METHODS.md §6.4) with a bootstrap CI.
 * **Face verification by group**: TAR at FAR from embeddings on all positive
-  pairs and FHIBE's hard negatives (:func:`verification_by_group`).
-* ``--fail-if`` conditions (``"disparity>0.2"``) parsed without ``eval``.
+  pairs and FHIBE's hard negatives (:func:`audit_verification`).
+
+Scores are joined onto the samples by :func:`fairvision.io.scores.join_scores`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -33,174 +36,41 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.groups import combine, subject_codes
+from fairvision.groups import SEP, Intersection, group_label, intersections, resolve_attributes, sparse_membership, subject_codes
+from fairvision.io.scores import class_labels, metric_values
+from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs, tar_at_far_by_group
 from fairvision.schema import Attribute, Schema
+from fairvision.stats.corrections import DEFAULT_CORRECTION
 from fairvision.stats.corrections import METHODS as CORRECTIONS
+from fairvision.stats.groupwise import cluster_means, group_summary
+from fairvision.stats.multiclass import ODResult, overall_disparity_ci
 from fairvision.stats.pairwise import pairwise_mannwhitney
-from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
-
-SEP = " × "
-_MAX_DECLARED_PRODUCT = 5000
-
-
-def join_scores(samples: pd.DataFrame, scores: pd.DataFrame, *, samples_source: str = "samples",
-                scores_source: str = "scores", key: str = "sample_id") -> pd.DataFrame:
-    """Join a scores table onto a sample table by ``sample_id``, with one-line errors.
-
-    Every sample must have exactly one row of scores; scores for unknown
-    samples are an error too (they usually mean the wrong file).
-    """
-    for df, src in ((samples, samples_source), (scores, scores_source)):
-        if key not in df.columns:
-            raise ColumnError(f"{src}: missing column {key!r}; columns are {', '.join(map(str, df.columns))}")
-    s_ids = scores[key].astype(str)
-    dup = s_ids.duplicated().to_numpy()
-    if dup.any():
-        row = int(np.flatnonzero(dup)[0])
-        raise ColumnError(f"{scores_source}: row {row + 1}: duplicate {key} {s_ids.iloc[row]!r}")
-    ids = samples[key].astype(str)
-    missing = ~ids.isin(set(s_ids)).to_numpy()
-    if missing.any():
-        row = int(np.flatnonzero(missing)[0])
-        raise ColumnError(f"{scores_source}: no scores for {key} {ids.iloc[row]!r} ({samples_source} row {row + 1}; "
-                          f"{int(missing.sum())} samples without scores)")
-    extra = ~s_ids.isin(set(ids)).to_numpy()
-    if extra.any():
-        row = int(np.flatnonzero(extra)[0])
-        raise ColumnError(f"{scores_source}: row {row + 1}: {key} {s_ids.iloc[row]!r} is not in {samples_source} "
-                          f"({int(extra.sum())} unknown ids)")
-    clash = [c for c in scores.columns if c != key and c in samples.columns]
-    right = scores.drop(columns=clash).assign(**{key: s_ids})
-    out = samples.assign(**{key: ids}).merge(right, on=key, how="left", validate="one_to_one")
-    out.attrs.update(samples.attrs)
-    return out
-
-
-# -- groups and intersections ------------------------------------------------------------------------------
-
-@dataclass
-class Intersection:
-    """Long-form membership of one attribute or intersection: ``rows[i]`` is in group ``codes[i]``."""
-
-    attributes: tuple[str, ...]
-    rows: np.ndarray
-    codes: np.ndarray
-    labels: list[tuple]
-
-    @property
-    def name(self) -> str:
-        return SEP.join(self.attributes)
-
-    @property
-    def k(self) -> int:
-        return len(self.attributes)
-
-    def index(self) -> pd.Index:
-        if self.k == 1:
-            return pd.Index([lab[0] for lab in self.labels], name=self.attributes[0])
-        return pd.MultiIndex.from_tuples(self.labels, names=list(self.attributes))
-
-
-def group_label(label) -> str:
-    """Display label of a group: ``"20-29 × Male"`` for intersections."""
-    if isinstance(label, tuple):
-        return SEP.join(map(str, label))
-    return str(label)
-
-
-def build_intersections(df: pd.DataFrame, attributes: Sequence[Attribute], max_k: int = 1, *,
-                        source: str = "samples") -> list[Intersection]:
-    """Memberships of every attribute and every intersection of up to ``max_k`` attributes.
-
-    Multi-valued attributes contribute every combination of a row's values.
-    Declared groups with no members are kept (as empty groups) when the
-    product of the categories has at most 5,000 cells.
-    """
-    if not attributes:
-        raise FairvisionError("model audit: give at least one attribute (--attr)")
-    max_k = max(1, min(int(max_k), len(attributes)))
-    members = [a.membership(df, source=source) for a in attributes]
-    out: list[Intersection] = []
-    for k in range(1, max_k + 1):
-        for combo in itertools.combinations(range(len(attributes)), k):
-            comb = combine([members[i] for i in combo], len(df))
-            sizes = [len(lv) for lv in comb.levels]
-            if math.prod(sizes) <= _MAX_DECLARED_PRODUCT:
-                codes = comb.codes
-                labels = list(itertools.product(*comb.levels))
-            else:  # too many declared cells: keep the observed ones only
-                observed, codes = np.unique(comb.codes, return_inverse=True)
-                parts = np.unravel_index(observed, sizes)
-                labels = [tuple(lv[i] for lv, i in zip(comb.levels, ix)) for ix in zip(*parts)]
-            out.append(Intersection(comb.names, comb.rows, np.asarray(codes, np.int64).ravel(), labels))
-    return out
+from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 
 
 # -- per-group estimates with cluster bootstrap ---------------------------------------------------------------
 
-def _class_labels(col: pd.Series) -> np.ndarray:
-    """Class labels as comparable strings: 1, 1.0 and "1" are the same class.
-
-    A numeric column read with a missing cell becomes float; without this,
-    str(1.0) != str(1) and every prediction would count as wrong.
-    """
-    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
-        v = col.to_numpy(dtype=float)
-        whole = np.isfinite(v) & (v == np.round(v))
-        return np.array([str(int(x)) if w else str(x) for x, w in zip(v, whole)], dtype=object)
-    return np.array([str(int(x)) if isinstance(x, float) and x.is_integer() else str(x) for x in col], dtype=object)
-
-
-def _subject_codes(df: pd.DataFrame, subject_col: str | None) -> np.ndarray:
-    """Subject code per row; every row is its own subject when there is no subject column."""
-    if subject_col is None:
-        return np.arange(len(df))
-    return subject_codes(df, subject_col, source="samples")
-
-
 def group_estimates(values: np.ndarray, inter: Intersection, subjects: np.ndarray, weights: np.ndarray, *,
                     min_subjects: int, level: float) -> tuple[pd.DataFrame, np.ndarray]:
-    """Per-group n, subjects, mean, median, sd and cluster-bootstrap CI of the mean.
+    """Per-group n, subjects, mean, median, sd and cluster-bootstrap CI of the mean (docs/METHODS.md §6.2).
 
-    ``weights`` are subject draw counts, shape (n_boot, n_subjects), shared by
-    all groups and metrics so that differences between groups get joint
+    ``weights`` are subject draw counts, shape (n_boot, n_subjects), from
+    :func:`~fairvision.stats.resample.cluster_bootstrap_weights`, shared by all
+    groups and metrics so that differences between groups get joint
     replicates. Returns the table and the replicate means (n_boot, n_groups).
     """
-    from scipy import sparse
-
-    G = len(inter.labels)
-    x = values[inter.rows]
-    ok = ~np.isnan(x)
-    x, codes, subj = x[ok], inter.codes[ok], subjects[inter.rows[ok]]
-    n = np.bincount(codes, minlength=G)
-    pairs = np.unique(np.stack([codes, subj], 1), axis=0) if codes.size else np.zeros((0, 2), np.int64)
-    n_subj = np.bincount(pairs[:, 0], minlength=G)
-    sums = np.bincount(codes, weights=x, minlength=G)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = sums / n
-        sq = np.bincount(codes, weights=(x - mean[codes]) ** 2, minlength=G)
-        sd = np.sqrt(sq / (n - 1))
-    order = np.lexsort((x, codes))
-    xs = x[order]
-    starts = np.concatenate([[0], np.cumsum(n)[:-1]])
-    nz = n > 0
-    median = np.full(G, np.nan)
-    median[nz] = 0.5 * (xs[starts[nz] + (n[nz] - 1) // 2] + xs[starts[nz] + n[nz] // 2])
-    S = weights.shape[1]
-    sum_m = sparse.csr_matrix((x, (subj, codes)), shape=(S, G))
-    cnt_m = sparse.csr_matrix((np.ones_like(x), (subj, codes)), shape=(S, G))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        reps = np.asarray((sum_m.T @ weights.T).T) / np.asarray((cnt_m.T @ weights.T).T)
+    G = inter.n_cells
+    x, codes, subj = values[inter.rows], inter.codes, subjects[inter.rows]
+    stats = group_summary(x, codes, subj, G)
+    reps = group_mean_replicates(x, codes, subj, weights, n_groups=G)
     if weights.shape[0]:
-        with warnings.catch_warnings():  # empty groups have all-NaN replicates
-            warnings.simplefilter("ignore", RuntimeWarning)
-            lo, hi = percentile_ci(reps, level)
+        lo, hi = percentile_ci(reps, level)
     else:
         lo, hi = np.full(G, np.nan), np.full(G, np.nan)
-    lo = np.where(nz, lo, np.nan)
-    hi = np.where(nz, hi, np.nan)
-    table = pd.DataFrame({"n_samples": n, "n_subjects": n_subj, "mean": mean, "median": median, "sd": sd,
-                          "ci_low": lo, "ci_high": hi, "too_small": n_subj < min_subjects}, index=inter.index())
+    nz = stats["n_samples"].to_numpy() > 0
+    table = stats.assign(ci_low=np.where(nz, lo, np.nan), ci_high=np.where(nz, hi, np.nan),
+                         too_small=stats["n_subjects"].to_numpy() < min_subjects)
+    table.index = inter.index()
     return table, reps
 
 
@@ -227,7 +97,8 @@ class ModelAuditResult:
         Largest significant D per metric and intersection, sorted (FHIBE
         Extended Data Table 2 layout).
     od : dict
-        ``intersection name -> ODResult`` when true and predicted classes were given.
+        ``intersection name -> ODResult`` (``estimate``, ``ci_low``, ``ci_high``...)
+        when true and predicted classes were given.
     """
 
     metrics: list[str]
@@ -304,10 +175,10 @@ class ModelAuditResult:
         if self.od:
             for inter, res in self.od.items():
                 key = inter.replace(SEP, "+")
-                q[f"od.{key}"] = res.od
+                q[f"od.{key}"] = res.estimate
                 q[f"od.{key}.ci_low"] = res.ci_low
                 q[f"od.{key}.ci_high"] = res.ci_high
-            ods = [r.od for r in self.od.values() if not math.isnan(r.od)]
+            ods = [r.estimate for r in self.od.values() if not math.isnan(r.estimate)]
             q["od"] = max(ods) if ods else float("nan")
         return q
 
@@ -347,7 +218,7 @@ def _summary_row(metric: str, inter: str, table: pd.DataFrame, reps: np.ndarray,
     return row
 
 
-def model_audit(
+def audit_model(
     data: pd.DataFrame,
     metrics: Sequence[str],
     attributes: Sequence[Attribute | str],
@@ -356,11 +227,11 @@ def model_audit(
     lower_is_better: Iterable[str] = (),
     max_k: int = 1,
     min_subjects: int = 10,
-    correction: str = "bonferroni",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
     n_boot: int = 1000,
     level: float = 0.95,
-    seed: int | None = 0,
+    seed: np.random.Generator | int | None = 0,
     true_col: str | None = None,
     pred_col: str | None = None,
     schema: Schema | None = None,
@@ -374,7 +245,7 @@ def model_audit(
     ----------
     data : pandas.DataFrame
         One row per sample: attribute columns, the metric columns and
-        optionally a subject column (see :func:`join_scores`).
+        optionally a subject column (see :func:`fairvision.io.scores.join_scores`).
     metrics : sequence of str
         Per-sample score columns (NaN = not scored; left out).
     attributes : sequence of Attribute or str
@@ -388,14 +259,18 @@ def model_audit(
         Largest intersection size (1 = single attributes only).
     min_subjects : int
         Groups with fewer subjects are reported as too small and not compared
-        (FHIBE: 10).
-    correction : {"bonferroni", "holm", "bh", "none"}
-        Applied within each metric and attribute/intersection, as the paper.
+        (FHIBE: 10; docs/METHODS.md §3.3).
+    correction : {"holm", "bonferroni", "bh", "none"}
+        Applied within each metric and attribute/intersection (default Holm;
+        the FHIBE paper used Bonferroni).
+    alpha : float
+        Significance level for the corrected p-values.
     n_boot, level, seed
-        Cluster bootstrap replicates, CI level, seed.
+        Cluster bootstrap replicates, CI level, randomness.
     true_col, pred_col : str, optional
         True and predicted class columns: adds the recall matrix, ID and OD
         with a bootstrap CI for every attribute/intersection.
+    schema : Schema, optional
     test_unit : {"subject", "sample"}
         What the Mann-Whitney tests compare. ``"subject"`` (default): the mean
         score of each subject within the group, since several images of one
@@ -404,6 +279,12 @@ def model_audit(
         subjects have many images). Without a subject column both are the same.
     progress : callable, optional
         Called with a short description after each unit of work.
+    source : str
+        Name of the table in error messages.
+
+    Returns
+    -------
+    ModelAuditResult
     """
     if correction not in CORRECTIONS:
         raise FairvisionError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}")
@@ -416,65 +297,47 @@ def model_audit(
     metrics = list(dict.fromkeys(metrics))
     if not metrics and true_col is None:
         raise FairvisionError("model audit: give at least one metric column (--metric) or true/predicted classes")
-    for m in metrics:
-        if m not in data.columns:
-            raise ColumnError(f"{source}: no metric column {m!r}; columns are {', '.join(map(str, data.columns))}")
-        vals = pd.to_numeric(data[m], errors="coerce")
-        bad = vals.isna() & data[m].notna()
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ColumnError(f"{source}: row {row + 1}: metric {m!r} has non-numeric value {data[m].iloc[row]!r}")
-        if vals.isna().all():
-            raise ColumnError(f"{source}: metric {m!r} has no values")
+    values = {m: metric_values(data, m, source=source) for m in metrics}
     lower = set(lower_is_better)
     unknown = lower - set(metrics)
     if unknown:
         raise FairvisionError(f"--lower-is-better names {sorted(unknown)[0]!r}, which is not a metric column")
-    schema = schema or Schema()
-    attrs = [a if isinstance(a, Attribute) else schema.get(a) for a in attributes]
+    if not attributes:
+        raise FairvisionError("model audit: give at least one attribute (--attr)")
+    attrs = resolve_attributes(attributes, schema)
     if subject_col is not None and subject_col not in data.columns:
         if subject_col != "subject_id":
             raise ColumnError(f"{source}: no subject column {subject_col!r}; columns are {', '.join(map(str, data.columns))}")
         warnings.warn("no subject_id column: every image is treated as a different person", stacklevel=2)
         subject_col = None
-    subjects = _subject_codes(data, subject_col)
+    subjects = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
     n_subj_total = int(subjects.max()) + 1
-    inters = build_intersections(data, attrs, max_k, source=source)
+    inters = intersections(data, attrs, max(1, int(max_k)), source=source)
     weights = cluster_bootstrap_weights(n_subj_total, n_boot, seed) if n_boot > 0 else np.zeros((0, n_subj_total))
     res = ModelAuditResult(metrics=metrics, attributes=[a.name for a in attrs], lower_is_better=sorted(lower),
                            min_subjects=min_subjects, correction=correction, alpha=alpha, level=level, n_boot=n_boot,
                            n_samples=len(data), n_subjects=n_subj_total, subject_col=subject_col, test_unit=test_unit,
                            intersections=[i.name for i in inters])
+    labels = {inter.name: inter.display_labels() for inter in inters}
     rows, tops = [], []
     for m in metrics:
-        values = pd.to_numeric(data[m], errors="coerce").to_numpy(float)
         higher = m not in lower
         for inter in inters:
-            table, reps = group_estimates(values, inter, subjects, weights, min_subjects=min_subjects, level=level)
+            table, reps = group_estimates(values[m], inter, subjects, weights, min_subjects=min_subjects, level=level)
             res.groups[(m, inter.name)] = table
-            x, codes, subj = _test_units(values, inter, subjects, test_unit)
-            lab = np.empty(len(inter.labels), dtype=object)
-            lab[:] = [group_label(g) for g in inter.labels]
-            pw = pairwise_mannwhitney(x, lab[codes], correction, higher_is_better=higher,
+            x, codes, subj = _test_units(values[m], inter, subjects, test_unit)
+            pw = pairwise_mannwhitney(x, labels[inter.name][codes], correction, higher_is_better=higher,
                                       min_size=min_subjects, subjects=subj, alpha=alpha)
             res.pairwise[(m, inter.name)] = pw
             rows.append(_summary_row(m, inter.name, table, reps, pw, higher, level))
-            sig = pw[pw["significant"].astype(bool)] if len(pw) else pw
-            if len(sig):
-                best = sig.loc[sig["disparity"].astype(float).idxmax()]
-                tops.append({"metric": m, "intersection": inter.name, "k": inter.k, "disparity": float(best["disparity"]),
-                             "worst_group": best["worst"], "best_group": best["best"],
-                             "median_worst": best["median_worst"], "median_best": best["median_best"],
-                             "n_worst": int(best["n_a"] if best["worst"] == best["group_a"] else best["n_b"]),
-                             "n_best": int(best["n_a"] if best["best"] == best["group_a"] else best["n_b"]),
-                             "p_value": float(best["p_value"]), "p_adjusted": float(best["p_adjusted"]),
-                             "effect_size": float(best["effect_size"]), "n_tests": len(pw)})
+            top = _top_row(m, inter, pw)
+            if top is not None:
+                tops.append(top)
             if progress:
                 progress(f"{m} by {inter.name}")
     res.summary = pd.DataFrame(rows)
-    top_cols = ["metric", "intersection", "k", "disparity", "worst_group", "best_group", "median_worst", "median_best",
-                "n_worst", "n_best", "p_value", "p_adjusted", "effect_size", "n_tests"]
-    res.top_disparities = (pd.DataFrame(tops, columns=top_cols).sort_values(["disparity", "p_value"], ascending=[False, True], kind="stable")
+    res.top_disparities = (pd.DataFrame(tops, columns=TOP_COLUMNS)
+                           .sort_values(["disparity", "pvalue"], ascending=[False, True], kind="stable")
                            .reset_index(drop=True))
     if true_col is not None or pred_col is not None:
         res.od = _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects, n_boot, level, seed, source)
@@ -483,52 +346,64 @@ def model_audit(
     return res
 
 
+#: columns of :attr:`ModelAuditResult.top_disparities`
+TOP_COLUMNS = ["metric", "intersection", "k", "disparity", "worst_group", "best_group", "median_worst", "median_best",
+               "n_worst", "n_best", "pvalue", "pvalue_adjusted", "effect_size", "n_tests"]
+
+
+def _top_row(metric: str, inter: Intersection, pw: pd.DataFrame) -> dict | None:
+    """The significant pair with the largest D of one metric and attribute set, or None."""
+    sig = pw[pw["significant"].astype(bool)] if len(pw) else pw
+    if not len(sig):
+        return None
+    best = sig.loc[sig["disparity"].astype(float).idxmax()]
+    return {"metric": metric, "intersection": inter.name, "k": inter.k, "disparity": float(best["disparity"]),
+            "worst_group": best["worst"], "best_group": best["best"],
+            "median_worst": best["median_worst"], "median_best": best["median_best"],
+            "n_worst": int(best["n_a"] if best["worst"] == best["group_a"] else best["n_b"]),
+            "n_best": int(best["n_a"] if best["best"] == best["group_a"] else best["n_b"]),
+            "pvalue": float(best["pvalue"]), "pvalue_adjusted": float(best["pvalue_adjusted"]),
+            "effect_size": float(best["effect_size"]), "n_tests": len(pw)}
+
+
 def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, unit: str):
     """Scores, group codes and subjects of the units that the pairwise tests compare."""
-    x = values[inter.rows]
-    ok = ~np.isnan(x)
-    x, codes, subj = x[ok], inter.codes[ok], subjects[inter.rows[ok]]
-    if unit == "sample" or x.size == 0:
-        return x, codes, subj
-    keys, inv = np.unique(np.stack([codes, subj], 1), axis=0, return_inverse=True)
-    inv = np.asarray(inv).ravel()
-    means = np.bincount(inv, weights=x) / np.bincount(inv)
-    return means, keys[:, 0], keys[:, 1]
+    x, codes, subj = values[inter.rows], inter.codes, subjects[inter.rows]
+    if unit == "sample":
+        ok = ~np.isnan(x)
+        return x[ok], codes[ok], subj[ok]
+    return cluster_means(x, codes, subj)
 
 
-def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects, n_boot, level, seed, source):
-    from fairvision.stats.multiclass import overall_disparity_ci
-
+def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects, n_boot, level, seed,
+                        source) -> dict[str, ODResult]:
     for col, role in ((true_col, "true class"), (pred_col, "predicted class")):
         if col is None:
             raise FairvisionError(f"OD needs both the true and the predicted class column; the {role} column is missing")
         if col not in data.columns:
             raise ColumnError(f"{source}: no {role} column {col!r}; columns are {', '.join(map(str, data.columns))}")
-    y_true = _class_labels(data[true_col])
-    y_pred = _class_labels(data[pred_col])
+    y_true = class_labels(data[true_col])
+    y_pred = class_labels(data[pred_col])
     miss = data[true_col].isna().to_numpy() | data[pred_col].isna().to_numpy()
     out = {}
     for inter in inters:
         keep = ~miss[inter.rows]
         rows, codes = inter.rows[keep], inter.codes[keep]
         pairs = np.unique(np.stack([codes, subjects[rows]], 1), axis=0)
-        n_subj = np.bincount(pairs[:, 0], minlength=len(inter.labels))
+        n_subj = np.bincount(pairs[:, 0], minlength=inter.n_cells)
         big = n_subj[codes] >= min_subjects
         if len(np.unique(codes[big])) < 2:
             continue
-        lab = np.empty(len(inter.labels), dtype=object)
-        lab[:] = [group_label(g) for g in inter.labels]
+        lab = inter.display_labels()
         out[inter.name] = overall_disparity_ci(y_true[rows[big]], y_pred[rows[big]], lab[codes[big]],
                                                subjects=subjects[rows[big]], n_boot=n_boot, level=level, seed=seed)
     return out
 
 
-# -- --fail-if conditions ---------------------------------------------------------------------------------------
-
 # -- face verification by group -----------------------------------------------------------------------------------
 
-def verification_by_group(
-    samples: pd.DataFrame,
+def audit_verification(
+    data: pd.DataFrame,
     embeddings,
     attribute: Attribute | str,
     *,
@@ -540,7 +415,7 @@ def verification_by_group(
     threshold: str = "group",
     source: str = "samples",
 ) -> pd.DataFrame:
-    """Face verification TAR at FAR per group (FHIBE, METHODS.md section 4).
+    """Face verification TAR at FAR per group (FHIBE; docs/METHODS.md §6.2).
 
     Pairs: all positive pairs (same identity) and, when ``pronoun_col`` and
     ``tone_col`` are given, FHIBE's hard negatives (same pronoun, skin tone
@@ -549,41 +424,58 @@ def verification_by_group(
     Scores are cosine similarities of the embedding rows. A pair counts for
     group g when both of its images are in g.
 
+    Parameters
+    ----------
+    data : pandas.DataFrame
+        One row per image, aligned with ``embeddings``.
+    embeddings : array_like, shape (n_images, d)
+    attribute : Attribute or str
+        The attribute that defines the groups.
+    identity_col : str
+        Identity of every image (positive pairs share it).
+    far : float
+        Target false accept rate.
+    pronoun_col, tone_col : str, optional
+        Columns for FHIBE's hard negatives.
+    max_tone_diff : int
+        Largest skin-tone difference of a hard negative pair.
+    threshold : {"group", "global"}
+        Threshold per group or one over all pairs (see
+        :func:`fairvision.metrics.verification.tar_at_far_by_group`).
+    source : str
+        Name of the table in error messages.
+
     Returns
     -------
     pandas.DataFrame
         Indexed by group: tar, threshold, far, n_genuine, n_impostor,
         n_identities.
     """
-    from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs
-
     emb = np.asarray(embeddings, dtype=float)
-    if emb.ndim != 2 or emb.shape[0] != len(samples):
-        raise FairvisionError(f"{source}: {len(samples)} samples but embeddings of shape {emb.shape}")
-    if identity_col not in samples.columns:
-        raise ColumnError(f"{source}: no identity column {identity_col!r}; columns are {', '.join(map(str, samples.columns))}")
-    ident = samples[identity_col].astype(str).to_numpy()
+    if emb.ndim != 2 or emb.shape[0] != len(data):
+        raise FairvisionError(f"{source}: {len(data)} samples but embeddings of shape {emb.shape}")
+    if identity_col not in data.columns:
+        raise ColumnError(f"{source}: no identity column {identity_col!r}; columns are {', '.join(map(str, data.columns))}")
+    ident = data[identity_col].astype(str).to_numpy()
     pi, pj = positive_pairs(ident)
     if pronoun_col is not None and tone_col is not None:
         for c in (pronoun_col, tone_col):
-            if c not in samples.columns:
-                raise ColumnError(f"{source}: no column {c!r}; columns are {', '.join(map(str, samples.columns))}")
-        ni, nj = hard_negative_pairs(ident, samples[pronoun_col].astype(str).to_numpy(), samples[tone_col].to_numpy(),
+            if c not in data.columns:
+                raise ColumnError(f"{source}: no column {c!r}; columns are {', '.join(map(str, data.columns))}")
+        ni, nj = hard_negative_pairs(ident, data[pronoun_col].astype(str).to_numpy(), data[tone_col].to_numpy(),
                                      max_tone_diff=max_tone_diff)
     else:
-        ones = np.ones(len(samples), dtype=np.int64)
+        ones = np.ones(len(data), dtype=np.int64)
         ni, nj = hard_negative_pairs(ident, ones, ones, max_tone_diff=0)
     i = np.concatenate([pi, ni])
     j = np.concatenate([pj, nj])
     genuine = np.r_[np.ones(pi.size, bool), np.zeros(ni.size, bool)]
     scores = cosine_scores(emb, i, j)
     attr = attribute if isinstance(attribute, Attribute) else Attribute(attribute)
-    mem = attr.membership(samples, source=source)
+    mem = attr.membership(data, source=source)
     # pair in group g when both images are in g: join the memberships of both ends
-    in_g = sparse_membership(mem.rows, mem.codes, len(samples), mem.n_groups)
+    in_g = sparse_membership(mem.rows, mem.codes, len(data), mem.n_groups)
     both = in_g[i].multiply(in_g[j]).tocoo()
-    from fairvision.metrics.verification import tar_at_far_by_group
-
     labels = np.asarray(mem.categories, dtype=object)
     out = tar_at_far_by_group(scores[both.row], genuine[both.row], labels[both.col], far, threshold=threshold)
     ids = pd.DataFrame({"g": labels[mem.codes], "id": ident[mem.rows]}).drop_duplicates().groupby("g").size()
@@ -591,10 +483,3 @@ def verification_by_group(
     out["n_identities"] = ids.reindex(out.index).fillna(0).astype(int).to_numpy()
     out.index.name = attr.name
     return out
-
-
-def sparse_membership(rows: np.ndarray, codes: np.ndarray, n_rows: int, n_groups: int):
-    """Boolean CSR matrix (rows x groups) of a long-form membership."""
-    from scipy import sparse
-
-    return sparse.csr_matrix((np.ones(rows.size), (rows, codes)), shape=(n_rows, n_groups))

@@ -1,17 +1,21 @@
 """Retrieval and recommendation audit: items -> (skin measurement) -> results -> parity tests -> power.
 
-Composes the pieces of issue 5 (METHODS.md section 5, Khaziev et al.):
+Composes the pieces of the retrieval audit (docs/METHODS.md §8, Khaziev et al.):
 
-1. the item table with the protected attribute, or measured apparent skin
+1. the item table with the protected attribute (read with
+   :func:`fairvision.io.retrieval.read_items`), or measured apparent skin
    colour: median ITA over the skin pixels (:mod:`fairvision.audits.skin_batch`
    with ``method="median_ita"``) mapped to ST1..ST6
    (:func:`fairvision.skin.categories.st_class`), as in the paper's
    section 3.3.3;
-2. the ranked results (given, or produced by :mod:`fairvision.retrieval.knn`
-   over embeddings, optionally the built-in face descriptor);
-3. the distribution parity tests (:func:`fairvision.stats.parity.parity_test`);
+2. the ranked results (read with :func:`fairvision.io.retrieval.read_results`,
+   or produced by :func:`fairvision.stats.knn.knn_search` over embeddings,
+   optionally the built-in face descriptor; docs/METHODS.md §8.4);
+3. the distribution parity tests (:func:`parity_from_results`, which looks the
+   attribute up for every query and result and calls
+   :func:`fairvision.stats.parity.parity_test`; docs/METHODS.md §8.1, §8.2);
 4. the power analysis for the catalog's own attribute distribution
-   (:mod:`fairvision.stats.power`): power curves for the paper's catalog sizes
+   (:mod:`fairvision.stats.power`, docs/METHODS.md §8.3): power curves for the paper's catalog sizes
    and the audited one, the detectable nRR against catalog size, and whether
    this catalog is large enough to detect an 80%-rule violation per value.
    The simulated catalog size is the number of queries that entered the test
@@ -21,12 +25,18 @@ Composes the pieces of issue 5 (METHODS.md section 5, Khaziev et al.):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
+from fairvision.audits.skin_batch import measure_images
 from fairvision.errors import FairvisionError
-from fairvision.stats.parity import DEFAULT_ALPHA, DEFAULT_CORRECTION, ParityResult, parity_test
+from fairvision.io.retrieval import read_items, read_results
+from fairvision.skin.categories import st_class
+from fairvision.stats.chisquare import DEFAULT_MC_SAMPLES
+from fairvision.stats.corrections import DEFAULT_CORRECTION
+from fairvision.stats.parity import CATALOG_ROW, DEFAULT_ALPHA, ParityResult, parity_test
 from fairvision.stats.power import PAPER_CATALOG_SIZES, CatalogAdequacy, catalog_adequacy, detectable_curve, power_grid
 
 SKIN_ATTRIBUTE = "st_class"
@@ -74,10 +84,11 @@ class RetrievalAudit:
         """Named numbers for ``--fail-if`` gates: ``omnibus_p``, ``omnibus_chi2``,
         ``min_nrr`` (smallest normalised risk ratio), ``n_unfair`` (values below the
         80% rule and significant after correction), ``n_below_80`` (values with nRR
-        < 0.8), and per value ``nrr.<value>``, ``rr.<value>``, ``p_adj.<value>``."""
+        < 0.8), and per value ``nrr.<value>``, ``rr.<value>``,
+        ``pvalue_adjusted.<value>``."""
         om = self.parity.omnibus
         con = self.parity.contrasts
-        q = {"omnibus_p": float(om.p_value), "omnibus_chi2": float(om.statistic)}
+        q = {"omnibus_p": float(om.pvalue), "omnibus_chi2": float(om.statistic)}
         nrr = con["nrr"].astype(float)
         q["min_nrr"] = float(nrr.min()) if len(nrr) else float("nan")
         q["n_below_80"] = float((nrr < 0.8).sum())
@@ -85,8 +96,8 @@ class RetrievalAudit:
         for value, row in con.iterrows():
             q[f"nrr.{value}"] = float(row["nrr"])
             q[f"rr.{value}"] = float(row["rr"])
-            if "p_adj" in con:
-                q[f"p_adj.{value}"] = float(row["p_adj"])
+            if "pvalue_adjusted" in con:
+                q[f"pvalue_adjusted.{value}"] = float(row["pvalue_adjusted"])
         return q
 
     def to_frame(self) -> pd.DataFrame:
@@ -107,9 +118,6 @@ def measure_skin_attribute(items: pd.DataFrame, *, workers: int = 1, mask_method
     Images that cannot be measured get a missing class (they are left out of
     the tests and counted).
     """
-    from fairvision.audits.skin_batch import measure_images
-    from fairvision.skin.categories import st_class
-
     if "image_path" not in items.columns:
         raise FairvisionError("measuring skin colour needs an image_path column in the item table")
     table = items.rename(columns={"item_id": "sample_id"}) if "sample_id" not in items.columns else items
@@ -124,6 +132,90 @@ def measure_skin_attribute(items: pd.DataFrame, *, workers: int = 1, mask_method
     return out
 
 
+def parity_from_results(
+    results,
+    items,
+    attribute: str,
+    k: int = 6,
+    *,
+    catalog=None,
+    item_col: str = "item_id",
+    alpha: float = DEFAULT_ALPHA,
+    correction: str = DEFAULT_CORRECTION,
+    continuity: bool = False,
+    exact: str = "auto",
+    mc_samples: int = DEFAULT_MC_SAMPLES,
+    seed: int | None = 0,
+    min_queries: int = 10,
+    categories: Sequence | None = None,
+    level: float = 0.95,
+) -> ParityResult:
+    """Distribution parity test of ranked results against an item table (docs/METHODS.md §8.1, §8.2).
+
+    Reads the inputs with :func:`fairvision.io.retrieval.read_results` and
+    :func:`fairvision.io.retrieval.read_items`, looks up the protected value
+    of every query and result, and runs
+    :func:`fairvision.stats.parity.parity_test` on the top-``k`` pairs.
+
+    Parameters
+    ----------
+    results : pandas.DataFrame, dict or path
+        ``(query_id, rank, item_id)`` rows, a mapping query -> ranked list, or
+        a results file / TREC run file.
+    items : pandas.DataFrame or path
+        One row per item with an id column and ``attribute``. Query ids are
+        looked up here too (queries may be catalog items). Items whose
+        attribute is missing are left out (the paper keeps only images with an
+        ITA value); their count is in ``result.dropped``.
+    attribute : str
+        The protected attribute column.
+    k : int
+        Top-K cut-off (paper: 6).
+    catalog : pandas.DataFrame or path, optional
+        The catalog (an id column and ``attribute``); default ``items``.
+    item_col : str
+        The id column of ``items`` and ``catalog`` (default: ``item_id`` or
+        one of its aliases).
+    alpha, correction, continuity, exact, mc_samples, seed, min_queries, categories, level
+        See :func:`fairvision.stats.parity.parity_test`.
+
+    Returns
+    -------
+    ParityResult
+    """
+    id_col = None if item_col == "item_id" else item_col
+    results = read_results(results)
+    items = read_items(items, attribute, id_col=id_col)
+    catalog = items if catalog is None else read_items(catalog, attribute, id_col=id_col, name="catalog")
+    ids = items["item_id"]
+    attr = items[attribute]
+    missing = attr.isna().to_numpy()
+    lookup = pd.Series(attr.to_numpy(dtype=object)[~missing], index=ids.to_numpy()[~missing])
+    known = set(ids)
+    qids = results["query_id"].astype(str)
+    iids = results["item_id"].astype(str)
+    for name, col in (("query_id", qids), ("item_id", iids)):
+        unknown = ~col.isin(known).to_numpy()
+        if unknown.any():
+            i = int(np.flatnonzero(unknown)[0])
+            raise FairvisionError(f"results: row {i + 1}: {name} {col.iloc[i]!r} is not in the items table")
+    qv = qids.map(lookup)
+    rv = iids.map(lookup)
+    ok = qv.notna().to_numpy() & rv.notna().to_numpy()
+    cat_vals = catalog[attribute]
+    cat_ok = cat_vals.notna().to_numpy()
+    if categories is None and isinstance(attr.dtype, pd.CategoricalDtype):
+        categories = list(attr.cat.categories)
+    res = parity_test(
+        qv.to_numpy()[ok], rv.to_numpy()[ok], cat_vals.to_numpy(dtype=object)[cat_ok],
+        query_ids=qids.to_numpy()[ok], ranks=results["rank"].to_numpy()[ok], k=k, categories=categories,
+        alpha=alpha, correction=correction, continuity=continuity, exact=exact, mc_samples=mc_samples, seed=seed,
+        min_queries=min_queries, level=level,
+    )
+    res.dropped = {"result_pairs_missing_attribute": int((~ok).sum()), "catalog_items_missing_attribute": int((~cat_ok).sum())}
+    return res
+
+
 def audit_retrieval(
     results: pd.DataFrame,
     items: pd.DataFrame,
@@ -133,7 +225,7 @@ def audit_retrieval(
     k: int = 6,
     alpha: float = DEFAULT_ALPHA,
     correction: str = DEFAULT_CORRECTION,
-    yates: bool = False,
+    continuity: bool = False,
     exact: str = "auto",
     min_queries: int = 10,
     power_trials: int = 1000,
@@ -149,17 +241,17 @@ def audit_retrieval(
     Parameters
     ----------
     results : pandas.DataFrame
-        ``(query_id, rank, item_id)`` (see :func:`fairvision.retrieval.read_results`).
+        ``(query_id, rank, item_id)`` (see :func:`fairvision.io.retrieval.read_results`).
     items : pandas.DataFrame
         Item table with ``item_id`` and ``attribute`` (see
-        :func:`fairvision.retrieval.read_items`; use
+        :func:`fairvision.io.retrieval.read_items`; use
         :func:`measure_skin_attribute` first to measure ST1..ST6).
     attribute : str
         The protected attribute.
     catalog : pandas.DataFrame, optional
         Default: ``items``.
-    k, alpha, correction, yates, exact, min_queries
-        See :func:`fairvision.stats.parity.parity_test`.
+    k, alpha, correction, continuity, exact, min_queries
+        See :func:`parity_from_results`.
     power_trials : int
         Monte Carlo trials of the power analysis (0 skips it).
     power_sizes : sequence of int
@@ -175,9 +267,9 @@ def audit_retrieval(
     """
     say = progress or (lambda msg: None)
     say("parity tests")
-    par = parity_test(results, items, attribute, k, catalog=catalog, alpha=alpha, correction=correction, yates=yates,
-                      exact=exact, min_queries=min_queries, seed=seed)
-    cat_row = par.table.loc["catalog"].astype(float)
+    par = parity_from_results(results, items, attribute, k, catalog=catalog, alpha=alpha, correction=correction,
+                              continuity=continuity, exact=exact, min_queries=min_queries, seed=seed)
+    cat_row = par.table.loc[CATALOG_ROW].astype(float)
     if cat_row.sum() == 0:
         raise FairvisionError(f"the catalog has no item with a value of {attribute!r}")
     p_z = cat_row / cat_row.sum()
@@ -188,13 +280,13 @@ def audit_retrieval(
         n = int(par.n_queries)
         sizes = sorted({int(s) for s in power_sizes} | {n})
         say("power curves")
-        audit.power_curves = power_grid(present, ns=sizes, k=k, alpha=alpha, trials=power_trials, seed=seed, yates=yates)
+        audit.power_curves = power_grid(present, ns=sizes, k=k, alpha=alpha, trials=power_trials, seed=seed, continuity=continuity)
         say("detectable bias")
         audit.detectable = detectable_curve(present, ns=detectable_sizes, k=k, alpha=alpha, target=target_power,
-                                            trials=power_trials, seed=seed, yates=yates)
+                                            trials=power_trials, seed=seed, continuity=continuity)
         say("catalog size check")
         audit.adequacy = catalog_adequacy(present, n, k=k, alpha=alpha, target=target_power, trials=power_trials,
-                                          seed=seed, yates=yates)
-    audit.meta = {"k": int(k), "alpha": float(alpha), "correction": correction, "yates": bool(yates),
+                                          seed=seed, continuity=continuity)
+    audit.meta = {"k": int(k), "alpha": float(alpha), "correction": correction, "continuity": bool(continuity),
                   "n_queries": int(par.n_queries), "n_catalog": int(par.n_catalog), "dropped": par.dropped}
     return audit

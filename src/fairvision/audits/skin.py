@@ -1,4 +1,4 @@
-"""Dataset-level apparent skin colour (Thong et al., ICCV 2023, Tables 1-2; METHODS.md section 1).
+"""Dataset-level apparent skin colour (Thong et al., ICCV 2023, Tables 1-2; docs/METHODS.md §2.4).
 
 Given a table of per-image measurements (columns ``L`` and ``hue``, as written
 by :func:`fairvision.skin.measure` / the batch CLI), this module builds
@@ -13,56 +13,44 @@ by :func:`fairvision.skin.measure` / the batch CLI), this module builds
 - and the comparison of two image sets (Thong Table 2, e.g. training data vs a
   generator's outputs) with a chi-square test of homogeneity.
 
+The chi-square tests are :func:`fairvision.stats.chisquare.chi2_test`
+(asymptotic, docs/METHODS.md §4.1); the subject bootstrap is
+:func:`fairvision.stats.resample.cluster_bootstrap` (docs/METHODS.md §4.2).
+
 Rows whose measurement failed (``ok`` false or NaN L*/h*) are excluded and
 counted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats as _st
 
-from fairvision.stats.proportions import wilson_interval
 from fairvision.errors import ColumnError, FairvisionError
 from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
+from fairvision.stats.chisquare import ChiSquareResult, chi2_test
+from fairvision.stats.proportions import wilson_interval
+from fairvision.stats.resample import cluster_bootstrap
 
-__all__ = ["ChiSquareResult", "SkinDistribution", "SkinComparison", "skin_distribution", "compare_skin"]
+__all__ = ["SkinDistribution", "SkinComparison", "audit_skin_distribution", "audit_skin_comparison",
+           "chi2_homogeneity"]
 
 CELL_INDEX = pd.MultiIndex.from_product([list(HUES), list(TONES)], names=["skin_hue", "skin_tone"])
-
-
-@dataclass
-class ChiSquareResult:
-    """Pearson chi-square test of homogeneity (no continuity correction).
-
-    Attributes: ``statistic``, ``pvalue``, ``dof``, ``n``, ``min_expected``
-    (smallest expected count), ``reliable`` (all expected counts >= 5, the
-    usual condition for the chi-square approximation), ``dropped`` (cells
-    empty in every row, left out of the test).
-    """
-
-    statistic: float
-    pvalue: float
-    dof: int
-    n: int
-    min_expected: float
-    reliable: bool
-    dropped: tuple = ()
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{k: getattr(self, k) for k in ("statistic", "pvalue", "dof", "n", "min_expected", "reliable")}])
 
 
 def chi2_homogeneity(counts: np.ndarray, columns=None) -> ChiSquareResult:
     """Chi-square test of homogeneity of the rows of a (groups x cells) count table.
 
-    Columns that are zero in every row are dropped (their expected count is
-    0); rows with no observations are dropped. ``scipy.stats.chi2_contingency``
-    with ``correction=False`` (Yates' correction only applies to 2 x 2 tables
-    and is explicitly off).
+    Rows and columns that are zero throughout are dropped (a column's expected
+    count would be 0); ``dropped`` lists the dropped columns. Pearson's X^2
+    without continuity correction and with the asymptotic p-value
+    (:func:`fairvision.stats.chisquare.chi2_test` with ``exact="never"``);
+    ``reliable`` is False when Cochran's rule is violated. With fewer than two
+    non-empty rows or columns there is nothing to test: statistic and p-value
+    are NaN.
     """
     counts = np.asarray(counts, dtype=np.float64)
     cols = list(columns) if columns is not None else list(range(counts.shape[1]))
@@ -71,10 +59,9 @@ def chi2_homogeneity(counts: np.ndarray, columns=None) -> ChiSquareResult:
     t = counts[np.ix_(keep_r, keep_c)]
     dropped = tuple(c for c, k in zip(cols, keep_c) if not k)
     if t.shape[0] < 2 or t.shape[1] < 2:
-        return ChiSquareResult(float("nan"), float("nan"), 0, int(counts.sum()), float("nan"), False, dropped)
-    res = _st.chi2_contingency(t, correction=False)
-    emin = float(res.expected_freq.min())
-    return ChiSquareResult(float(res.statistic), float(res.pvalue), int(res.dof), int(t.sum()), emin, emin >= 5.0, dropped)
+        return ChiSquareResult(float("nan"), float("nan"), df=0, n=int(counts.sum()), dropped=dropped)
+    res = chi2_test(t, exact="never", warn=False)
+    return dataclasses.replace(res, dropped=dropped)
 
 
 @dataclass
@@ -206,24 +193,29 @@ def _table1(counts) -> pd.DataFrame:
 
 
 def _cluster_boot(Lv, hv, subj, L_threshold, hue_threshold, level, n_boot, seed):
-    from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
-
+    """Percentile CIs of the four cell shares, resampling subjects (docs/METHODS.md §4.2)."""
     codes, uniq = pd.factorize(pd.Series(subj))
-    w = cluster_bootstrap_weights(len(uniq), n_boot, seed)[:, codes]  # (B, n_rows): subject draws carried to images
     code = (hv >= hue_threshold).astype(int) * 2 + (Lv < L_threshold).astype(int)  # CELL_INDEX order
-    reps = (w @ np.eye(4)[code]) / w.sum(axis=1, keepdims=True)  # (B, 4) cell shares per replicate
-    return percentile_ci(reps, level)
+    per_subject = np.zeros((len(uniq), 4))
+    np.add.at(per_subject, (codes, code), 1.0)  # images of each subject in each cell
+
+    def shares(weights):  # (B, n_subjects) draw counts -> (B, 4) cell shares
+        c = weights @ per_subject
+        return c / c.sum(axis=1, keepdims=True)
+
+    res = cluster_bootstrap(shares, codes, n_boot=n_boot, level=level, seed=seed)
+    return res.ci_low, res.ci_high
 
 
-def skin_distribution(df: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: str | list[str] | None = None,
-                      subject: str | None = None, L_threshold: float = 60.0, hue_threshold: float = 55.0, bins: int = 20,
-                      level: float = 0.95, min_group: int = 10, name: str = "dataset", n_boot: int = 2000,
-                      seed: int = 0, _edges_override=None) -> SkinDistribution:
+def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: str | list[str] | None = None,
+                            subject: str | None = None, L_threshold: float = 60.0, hue_threshold: float = 55.0, bins: int = 20,
+                            level: float = 0.95, min_group: int = 10, name: str = "dataset", n_boot: int = 2000,
+                            seed: int = 0, _edges_override=None) -> SkinDistribution:
     """Skin colour distribution of one image set (Thong Table 1 and histograms).
 
     Parameters
     ----------
-    df : DataFrame
+    data : DataFrame
         One row per image with ``L`` and ``hue`` (degrees) columns, and
         optionally ``ok`` and ``flags`` (as written by ``SkinMeasurement.to_dict``).
     by : str or list of str, optional
@@ -234,7 +226,7 @@ def skin_distribution(df: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: s
         a cluster bootstrap over subjects (``n_boot`` replicates) instead of
         the Wilson interval.
     L_threshold, hue_threshold : float
-        Light if L* >= 60, yellow if h* >= 55 deg (METHODS.md section 1).
+        Light if L* >= 60, yellow if h* >= 55 deg (docs/METHODS.md §1.4).
     bins : int
         Histogram bins (20).
     level : float
@@ -244,17 +236,17 @@ def skin_distribution(df: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: s
     """
     if bins < 1:
         raise FairvisionError(f"bins must be positive, got {bins}")
-    ok, Lv, hv = _valid(df, L, hue, name)
-    n_images = int(len(df))
+    ok, Lv, hv = _valid(data, L, hue, name)
+    n_images = int(len(data))
     Lm, hm = Lv[ok], hv[ok]
     counts = _cell_counts(Lm, hm, L_threshold, hue_threshold)
     notes = []
     ci_method = "wilson"
     boot = None
     if subject is not None:
-        if subject not in df.columns:
+        if subject not in data.columns:
             raise ColumnError(f"{name}: no subject column {subject!r}")
-        subj = df[subject].to_numpy()[ok]
+        subj = data[subject].to_numpy()[ok]
         if len(pd.unique(subj)) < len(subj) and len(subj):
             ci_method = "cluster bootstrap over subjects"
             boot = _cluster_boot(Lm, hm, subj, L_threshold, hue_threshold, level, n_boot, seed)
@@ -267,12 +259,12 @@ def skin_distribution(df: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: s
     if n_failed:
         notes.append(f"{n_failed} of {n_images} images have no skin colour measurement and are left out.")
     flag_counts = pd.Series(dtype="int64")
-    if "flags" in df.columns:
-        fl = df.loc[ok, "flags"].fillna("").astype(str)
+    if "flags" in data.columns:
+        fl = data.loc[ok, "flags"].fillna("").astype(str)
         flag_counts = fl.str.split(";").explode().loc[lambda s: s != ""].value_counts().astype("int64")
     by_group, group_test = None, None
     if by is not None:
-        by_group, group_test, small = _by_group(df[ok], Lm, hm, [by] if isinstance(by, str) else list(by),
+        by_group, group_test, small = _by_group(data[ok], Lm, hm, [by] if isinstance(by, str) else list(by),
                                                 L_threshold, hue_threshold, level, min_group, name)
         if small:
             notes.append(f"Groups with fewer than {min_group} measured images are too small to judge: {', '.join(small)}.")
@@ -308,9 +300,9 @@ def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, nam
     return long, test, small
 
 
-def compare_skin(first: pd.DataFrame, second: pd.DataFrame, *, names: tuple[str, str] = ("first", "second"),
-                 L: str = "L", hue: str = "hue", L_threshold: float = 60.0, hue_threshold: float = 55.0,
-                 bins: int = 20, level: float = 0.95, subject: str | None = None) -> SkinComparison:
+def audit_skin_comparison(first: pd.DataFrame, second: pd.DataFrame, *, names: tuple[str, str] = ("first", "second"),
+                          L: str = "L", hue: str = "hue", L_threshold: float = 60.0, hue_threshold: float = 55.0,
+                          bins: int = 20, level: float = 0.95, subject: str | None = None) -> SkinComparison:
     """Compare the skin colour distributions of two image sets (Thong Table 2).
 
     The test is Pearson's chi-square test of homogeneity on the 2 x 4 table
@@ -325,13 +317,14 @@ def compare_skin(first: pd.DataFrame, second: pd.DataFrame, *, names: tuple[str,
     edges = _edges(pooled, bins)
     kw = dict(L=L, hue=hue, L_threshold=L_threshold, hue_threshold=hue_threshold, bins=bins, level=level, subject=subject,
               _edges_override=edges)
-    d1 = skin_distribution(first, name=names[0], **kw)
-    d2 = skin_distribution(second, name=names[1], **kw)
+    d1 = audit_skin_distribution(first, name=names[0], **kw)
+    d2 = audit_skin_distribution(second, name=names[1], **kw)
     cells = pd.concat({names[0]: d1.cells, names[1]: d2.cells}, names=["set"])
     test = chi2_homogeneity(np.vstack([d1.cells["count"].to_numpy(), d2.cells["count"].to_numpy()]),
                             columns=[f"{h}-{t}" for h, t in CELL_INDEX])
     diff = (d2.cells["percent"] - d1.cells["percent"]).rename("difference_pp")
     notes = [f"[{names[0]}] {n}" for n in d1.notes] + [f"[{names[1]}] {n}" for n in d2.notes]
     if not test.reliable and np.isfinite(test.statistic):
-        notes.append(f"Smallest expected count {test.min_expected:.1f} < 5: the chi-square approximation is unreliable.")
+        notes.append(f"Smallest expected count {test.min_expected:.1f}: expected counts fail Cochran's rule, so the "
+                     "chi-square approximation is unreliable.")
     return SkinComparison(names=tuple(names), first=d1, second=d2, cells=cells, difference=diff, test=test, notes=notes)

@@ -1,32 +1,35 @@
 """Measure apparent skin colour over many images: parallel, resumable, with QA overlays.
 
 One row per image (issue 3, item 6): decode (:func:`fairvision.io.images.read_image`),
-skin mask (:func:`fairvision.skin.masks.skin_mask`, or a supplied mask file),
-colour estimate (:func:`fairvision.skin.measure`, METHODS.md sections 1-2),
-then the skin-colour categories (:func:`fairvision.skin.categories.add_categories`).
+skin mask (:func:`fairvision.skin.masks.skin_mask`, or a supplied mask file found by
+:mod:`fairvision.io.masks`; docs/METHODS.md §2.1), colour estimate
+(:func:`fairvision.skin.measure`, docs/METHODS.md §2.2), then the skin-colour
+categories (:func:`fairvision.skin.categories.add_categories`, docs/METHODS.md §1.4).
 
 - Parallel: a local process pool (:mod:`fairvision.engine`) of single-threaded
   workers that build the face mesh once each. Images the mesh misses get their
   second chance (face detector + dlib's 68 landmarks) at the end, in one worker,
   so dlib's model (about 0.5 s to load) is loaded once per run, in the
   background, and only when needed.
-- Resumable cache: one small JSON record per image in ``cache_dir``, named by
-  a SHA-256 of the image's absolute path, size and modification time, the mask
-  file's (if any), every parameter that changes the answer, the package
-  version and the source of the modules that compute it. Records are written as results arrive, so an interrupted run
-  continues where it stopped; a changed image or parameter is a miss.
+- Resumable cache (:class:`fairvision.engine.cache.ResultCache`): one small JSON
+  record per image in ``cache_dir``, keyed by a SHA-256 of the image's absolute
+  path, size and modification time, the mask file's (if any), every parameter
+  that changes the answer, the package version and the source of the modules
+  that compute it (:func:`cache_key`). Records are written as results arrive,
+  so an interrupted run continues where it stopped; a changed image or
+  parameter is a miss.
 - Failures are rows: an unreadable image, no face, too few skin pixels or an
   exception in a worker give ``ok=False`` and a ``reason``.
-- QA overlays (``overlays_dir``): the image with the mask tinted and outlined,
-  the face outlines, and for ``thong`` the pixels coloured by K-Means cluster
-  (the kept clusters in colour, the dropped ones grey).
+- QA overlays (``overlays_dir``): drawn in the workers by the ``overlay``
+  function passed in (the command line passes
+  :func:`fairvision.report.overlays.render_overlay`: the mask tinted and
+  outlined, the face outlines, and for ``thong`` the pixels coloured by K-Means
+  cluster).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import re
 import threading
@@ -35,14 +38,28 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from fairvision import __version__
+from fairvision.datasets.demo import IMAGE_SUFFIXES, from_folder
+from fairvision.engine import imap
+from fairvision.engine.cache import ResultCache, content_key, file_signature, source_signature
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.io.jsonable import to_jsonable
-from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+from fairvision.io.images import read_image, write_png
+from fairvision.io.masks import match_masks
+from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, read_table
+from fairvision.skin.categories import add_categories
+from fairvision.skin.estimators import METHODS
+from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
+from fairvision.skin.measurement import measure
+from fairvision.vision import dlib_landmarks
+from fairvision.vision.facemesh import get_face_mesh, mediapipe_face_mesh
 
 #: Bump when a change in this pipeline changes cached results.
 CACHE_VERSION = 1
-MASK_SUFFIXES = (".png", ".bmp", ".tif", ".tiff", ".jpg", ".jpeg", ".webp")
+#: Source files and folders (relative to the package) whose code shapes a cached record.
+SIGNATURE_SOURCES = ("io/images.py", "skin", "vision", "audits/skin_batch.py")
 RESULT_COLUMNS = [
     SAMPLE_ID, IMAGE_PATH, "L", "a", "b", "hue", "ita", "chroma", "n_pixels", "n_faces",
     "mask_method", "trust", "ok", "reason", "flags",
@@ -59,9 +76,6 @@ _WORKER: dict[str, Any] = {}
 
 def _as_table(source) -> pd.DataFrame:
     """A sample table with ``sample_id`` and ``image_path`` from any accepted input."""
-    from fairvision.datasets.demo import IMAGE_SUFFIXES, from_folder
-    from fairvision.io.tables import read_table
-
     if isinstance(source, pd.DataFrame):
         df = source.copy()
         if IMAGE_PATH not in df.columns:
@@ -100,86 +114,22 @@ def _as_table(source) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def _find_mask(masks_dir: Path, sample_id: str, image_path: str, index: dict) -> str | None:
-    """Mask file for an image: ``<sample_id>``, ``<stem>`` or ``<stem>_skin`` with a mask suffix."""
-    stem = Path(image_path).stem
-    for name in (sample_id, stem, f"{stem}_skin", f"{sample_id}_skin"):
-        hit = index.get(name)
-        if hit is not None:
-            return hit
-    return None
-
-
-def _mask_index(masks_dir: Path) -> dict[str, str]:
-    if not masks_dir.is_dir():
-        raise InputFileError(f"{masks_dir}: no such masks folder")
-    index: dict[str, str] = {}
-    for p in sorted(masks_dir.rglob("*")):
-        if p.suffix.lower() in MASK_SUFFIXES and p.is_file():
-            rel = str(p.relative_to(masks_dir).with_suffix(""))
-            # prefer lossless formats: the first suffix in MASK_SUFFIXES order wins
-            for key in {rel, p.stem}:
-                old = index.get(key)
-                if old is None or MASK_SUFFIXES.index(p.suffix.lower()) < MASK_SUFFIXES.index(Path(old).suffix.lower()):
-                    index[key] = str(p)
-    return index
-
-
 # --------------------------------------------------------------------------- cache
-
-
-def _stat_sig(path: str | None):
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return [os.path.abspath(path), None, None]
-    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
 
 
 @functools.lru_cache(maxsize=1)
 def code_signature() -> str:
     """SHA-256 of the source of every module that shapes a result (decode, masks, models, estimators),
     so that a cached record made by different code is a miss."""
-    import fairvision
-
-    root = Path(fairvision.__file__).parent
-    h = hashlib.sha256()
-    for rel in ("io/images.py", "skin", "vision", "audits/skin_batch.py"):
-        p = root / rel
-        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
+    return source_signature(SIGNATURE_SOURCES)
 
 
 def cache_key(image_path: str, mask_path: str | None, params: dict) -> str:
     """SHA-256 of the image (path, size, mtime), the mask file, all parameters and the code."""
-    from fairvision import __version__
-
-    blob = json.dumps(
-        {"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "image": _stat_sig(image_path),
-         "mask": _stat_sig(mask_path), "params": params},
-        sort_keys=True, default=str,
+    return content_key(
+        {"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "image": file_signature(image_path),
+         "mask": file_signature(mask_path), "params": params}
     )
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _read_cached(cache_dir: Path, key: str) -> dict | None:
-    p = cache_dir / key[:2] / f"{key}.json"
-    try:
-        with open(p, encoding="utf-8") as fh:
-            rec = json.load(fh)
-    except (OSError, ValueError):
-        return None  # absent or torn by a crash: recompute
-    return rec if isinstance(rec, dict) and rec.get("_key") == key else None
-
-
-def _write_cached(cache_dir: Path, key: str, rec: dict) -> None:
-    from fairvision.io.atomic import atomic_write_text
-
-    atomic_write_text(cache_dir / key[:2] / f"{key}.json", json.dumps(to_jsonable({**rec, "_key": key})))
 
 
 # --------------------------------------------------------------------------- worker
@@ -190,33 +140,18 @@ def _init_worker(params: dict) -> None:
     _WORKER["params"] = params
     mm = params["mask_method"]
     if mm in ("mediapipe", "auto"):
-        from fairvision.vision.facemesh import get_face_mesh
-
         get_face_mesh(params["max_faces"], 0.5)
     if mm in ("dlib", "auto"):
-        from fairvision.vision import dlib_landmarks
-
-        dlib_landmarks._get("detector")
-        dlib_landmarks._get("predictor")
+        dlib_landmarks.get_model("detector")
+        dlib_landmarks.get_model("predictor")
 
 
-def _skin_measure():
-    """The colour measurement function (imported on first use: it pulls in OpenCV)."""
-    from fairvision.skin.measurement import measure
-
-    return measure
-
-
-def _preload(params: dict) -> None:
+def preload(params: dict) -> None:
     """Import the heavy modules (not build models: that starts threads) before forking workers."""
-    import cv2  # noqa: F401
-
-    _skin_measure()
+    import cv2  # noqa: F401  - lazy: OpenCV, mediapipe and dlib are optional and slow to import
 
     if params["mask_method"] in ("mediapipe", "auto"):
-        from fairvision.vision.facemesh import _mp_face_mesh
-
-        _mp_face_mesh()
+        mediapipe_face_mesh()
     if params["mask_method"] in ("dlib", "auto", "mediapipe"):
         import dlib  # noqa: F401
 
@@ -228,15 +163,14 @@ def _load_dlib_predictor(lock: bool = True) -> None:
     worker forked meanwhile does not inherit a held lock (it simply has no model
     and loads its own if it ever needs one).
     """
+    dl = dlib_landmarks
     try:
-        from fairvision.vision import dlib_landmarks as dl
-
         if lock:
-            dl._get("predictor")
-        elif "predictor" not in dl._CACHE:
-            import dlib
+            dl.get_model("predictor")
+        elif "predictor" not in dl.MODEL_CACHE:
+            import dlib  # lazy: optional, slow to import
 
-            dl._CACHE.setdefault("predictor", dlib.shape_predictor(str(dl.model_path())))
+            dl.MODEL_CACHE.setdefault("predictor", dlib.shape_predictor(str(dl.model_path())))
     except Exception:  # noqa: BLE001 - dlib missing: the mask step reports it per image
         pass
 
@@ -245,62 +179,8 @@ def _safe_name(sample_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", sample_id).strip("._") or "image"
 
 
-def _cluster_labels(image: np.ndarray, mask: np.ndarray, extra: dict) -> np.ndarray | None:
-    """Nearest K-Means centre in (L*, signed h*) of each smoothed mask pixel (thong's final assignment)."""
-    centres = extra.get("cluster_centers")
-    if not centres:
-        return None
-    from fairvision.skin.colour import hue_angle, srgb_to_lab
-    _skin_measure()
-    from fairvision.skin.measurement import smooth_skin_pixels
-
-    lab = srgb_to_lab(smooth_skin_pixels(image.astype(np.float32) / np.float32(255.0), mask))
-    X = np.column_stack([lab[:, 0], hue_angle(lab, convention="signed")]).astype(np.float64)
-    C = np.asarray(centres, dtype=np.float64)
-    d2 = ((X[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)
-    return d2.argmin(axis=1)
-
-
-_KEPT_COLOURS = np.array([(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180)], np.uint8)
-
-
-def render_overlay(image: np.ndarray, mres, meas=None) -> np.ndarray:
-    """QA overlay: mask tinted and outlined (yellow), face outlines (cyan), thong clusters.
-
-    With a ``thong`` measurement, mask pixels of the kept clusters are tinted
-    in distinct colours and those of the dropped clusters (shadow, hair,
-    beard) in grey, so a person can see what the estimate is made of.
-    """
-    import cv2
-
-    out = image.copy()
-    mask = mres.mask
-    if mask is not None:
-        labels = None
-        if meas is not None and getattr(meas, "ok", False) and meas.method == "thong":
-            labels = _cluster_labels(image, mask, meas.extra)
-        px = out[mask].astype(np.float32)
-        if labels is not None:
-            kept = set(meas.extra.get("kept_clusters", []))
-            tint = np.where(
-                np.isin(labels, list(kept))[:, None], _KEPT_COLOURS[labels % len(_KEPT_COLOURS)], np.uint8(128)
-            ).astype(np.float32)
-        else:
-            tint = np.array([255, 220, 0], np.float32)
-        out[mask] = np.clip(0.55 * px + 0.45 * tint, 0, 255).astype(np.uint8)
-        contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
-        cv2.drawContours(out, contours, -1, (255, 220, 0), 1)
-    polys = [np.asarray(p, np.int32).reshape(-1, 1, 2) for p in mres.polygons]
-    if polys:
-        cv2.polylines(out, polys, True, (0, 255, 255), 1)
-    return out
-
-
 def _measure_one(task: dict) -> dict:
     """Decode, mask and measure one image; every expected problem is a row with a reason."""
-    from fairvision.io.images import read_image, write_png
-    from fairvision.skin.masks import skin_mask
-    measure = _skin_measure()
     params = task["params"]
     rec: dict[str, Any] = {"ok": False, "reason": None}
     try:
@@ -347,7 +227,7 @@ def _measure_one(task: dict) -> dict:
     rec["trust"] = mres.trust
     rec.pop("method", None)
     if task.get("overlay_path"):
-        write_png(task["overlay_path"], render_overlay(image, mres, meas))
+        write_png(task["overlay_path"], task["overlay"](image, mres, meas))
         rec["overlay_path"] = task["overlay_path"]
     return rec
 
@@ -367,9 +247,6 @@ def _progress_reporter(progress, total: int):
         return cb, lambda: None
     if not progress:
         return None, lambda: None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     bar = Progress(
         TextColumn("measuring skin colour"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
         console=Console(stderr=True), transient=True,
@@ -398,6 +275,7 @@ def measure_images(
     min_pixels: int = 200,
     categories: bool = True,
     measure_options: dict | None = None,
+    overlay: Callable | None = None,
 ) -> pd.DataFrame:
     """Measure the apparent skin colour of every image, one row per image.
 
@@ -423,7 +301,7 @@ def measure_images(
     cache_dir : path, optional
         Resumable cache folder (see the module docstring).
     overlays_dir : path, optional
-        Write a QA overlay PNG per image here (``<sample_id>.png``).
+        Write a QA overlay PNG per image here (``<sample_id>.png``), drawn by ``overlay``.
     progress : bool or callable
         Show a rich progress bar, or call ``progress(done, total)``.
     faces : {"all", "largest"}
@@ -435,6 +313,11 @@ def measure_images(
         Add the skin-colour category columns (:func:`fairvision.skin.categories.add_categories`).
     measure_options : dict, optional
         Extra keyword options of :func:`fairvision.skin.measure` (quality checks, estimator settings).
+    overlay : callable, optional
+        ``overlay(image, mask_result, measurement) -> image`` drawing the QA
+        overlay, needed with ``overlays_dir`` (e.g.
+        :func:`fairvision.report.overlays.render_overlay`). It runs in the
+        worker processes, so it must be picklable (a module-level function).
 
     Returns
     -------
@@ -446,37 +329,30 @@ def measure_images(
         ``from_cache``, the category columns and the input table's other
         columns. ``df.attrs["summary"]`` counts measured / no face / failed.
     """
-    from fairvision.engine import imap
-
     df = _as_table(table_or_paths)
     if masks_dir is not None:
         mask_method = "file"
     elif mask_method == "file":
         raise FairvisionError("mask method 'file' needs a masks folder (masks_dir / --masks)")
     mask_method = "colour" if mask_method == "color" else mask_method
-    from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS
-
     if mask_method not in MASK_METHODS:
         raise FairvisionError(f"unknown mask method {mask_method!r}; use one of {', '.join(m for m in MASK_METHODS if m != 'file')}")
     if faces not in FACE_SELECTIONS:
         raise FairvisionError(f"unknown face selection {faces!r}; use one of {', '.join(FACE_SELECTIONS)}")
-    from fairvision.skin.estimators import METHODS
-
     if method not in METHODS:
         raise FairvisionError(f"unknown skin colour method {method!r}; choose one of {', '.join(METHODS)}")
     if skin_label is not None and masks_dir is None:
         raise FairvisionError("skin_label (--skin-label) applies to supplied masks; give a masks folder too")
+    if overlays_dir is not None and overlay is None:
+        raise FairvisionError("overlays_dir needs an overlay function (e.g. fairvision.report.overlays.render_overlay)")
     params = {
         "method": method, "mask_method": mask_method, "skin_label": skin_label, "faces": faces,
         "max_faces": int(max_faces), "min_pixels": int(min_pixels), "measure_options": dict(measure_options or {}),
     }
     mask_paths: list[str | None] = [None] * len(df)
     if masks_dir is not None:
-        index = _mask_index(Path(masks_dir))
-        mask_paths = [_find_mask(Path(masks_dir), s, p, index) for s, p in zip(df[SAMPLE_ID], df[IMAGE_PATH])]
-        if not any(mask_paths):
-            raise InputFileError(f"{masks_dir}: no mask matches any image (looked for <sample_id>.png, <stem>.png, <stem>_skin.png)")
-    cache = Path(cache_dir) if cache_dir is not None else None
+        mask_paths = match_masks(masks_dir, df[SAMPLE_ID], df[IMAGE_PATH])
+    cache = ResultCache(cache_dir) if cache_dir is not None else None
     overlays = Path(overlays_dir) if overlays_dir is not None else None
     if overlays is not None:
         overlays.mkdir(parents=True, exist_ok=True)
@@ -488,15 +364,15 @@ def measure_images(
         ov = str(overlays / f"{_safe_name(sid)}.png") if overlays is not None else None
         key = cache_key(path, mask_paths[i], params) if cache is not None else None
         if key is not None:
-            hit = _read_cached(cache, key)
+            hit = cache.get(key)
             if hit is not None and (ov is None or os.path.isfile(ov)):
-                hit.pop("_key", None)
                 if ov is not None:
                     hit["overlay_path"] = ov
                 records[i] = {**hit, "from_cache": True}
                 continue
         keys[len(tasks)] = (i, key)
-        tasks.append({"image_path": path, "mask_path": mask_paths[i], "overlay_path": ov, "params": params})
+        tasks.append({"image_path": path, "mask_path": mask_paths[i], "overlay_path": ov, "params": params,
+                      "overlay": overlay if ov is not None else None})
 
     workers = max(1, int(workers))
     # With a pool and the mediapipe mask, images the face mesh misses are set aside and given
@@ -509,7 +385,7 @@ def measure_images(
         if params["mask_method"] in ("auto", "dlib"):  # needed from the start: load once, then fork
             loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
             loader.start()
-        _preload(params)  # import once here; forked workers inherit the modules
+        preload(params)  # import once here; forked workers inherit the modules
         if loader is not None:
             loader.join()
     callback, close = _progress_reporter(progress, len(tasks))
@@ -519,7 +395,7 @@ def measure_images(
         if outcome.ok:
             rec = outcome.value
             if key is not None:
-                _write_cached(cache, key, rec)
+                cache.put(key, rec)
         else:
             f = outcome.failure
             rec = {"ok": False, "reason": f"{f.error}: {f.message}" if f.message else f.error, "flags": "error",
@@ -575,8 +451,6 @@ def _assemble(df: pd.DataFrame, records: list[dict], categories: bool) -> pd.Dat
     ordered = RESULT_COLUMNS + [c for c in res.columns if c not in RESULT_COLUMNS]
     res = res[ordered]
     if categories:
-        from fairvision.skin.categories import add_categories
-
         res = add_categories(res)
     extra = [c for c in df.columns if c not in res.columns]
     if extra:

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Iterator
 
 import typer
+from rich.console import Console
 
+from fairvision.audits.gates import failure_message
 from fairvision.errors import FairvisionError
 
 
 def console():
-    from rich.console import Console
-
+    """A rich console on stderr."""
     return Console(stderr=True)
 
 
@@ -21,8 +22,6 @@ def console():
 def status(message: str) -> Iterator:
     """Step messages on stderr (only on a terminal). Plain lines, not a live
     display, so that progress bars of the steps themselves can show."""
-    from rich.console import Console
-
     con = Console(stderr=True)
     if not con.is_terminal:
         yield lambda msg: None
@@ -40,8 +39,6 @@ def check_outdir(outdir: Path) -> Path:
 def exit_if_gates_failed(gates) -> None:
     """After the report is written: one line on stderr and exit status 1 when a --fail-if condition held
     (2 is for user errors)."""
-    from fairvision.audits.gates import failure_message
-
     msg = failure_message(gates)
     if msg:
         typer.echo(msg, err=True)

@@ -4,17 +4,25 @@ Subcommands: ``errors`` (direct error modelling), ``patterns`` (FP-growth
 rules for low scores), ``confounders`` (does a disparity survive
 stratification), ``counterfactual`` (Thong et al. Table 4 with McNemar tests)
 and ``transect`` (shift skin L* or h* in images and check the shift).
+
+The commands import pandas, the audits (scikit-learn, scipy) and the report
+(matplotlib) when they run: at module level these would add about 2.5 s to
+every ``fairvision`` start-up, ``--help`` included (``python -X importtime``).
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fairvision.cli.common import check_outdir, done, status
-from fairvision.errors import FairvisionError
+from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.stats.corrections import DEFAULT_CORRECTION
 
 diagnose_app = typer.Typer(
     help=(
@@ -35,9 +43,7 @@ _LOWER = typer.Option(False, "--lower-is-better", help="The score is an error (L
 
 def load_scored_table(samples: Path, scores: Optional[Path], metric: str, subject_col: Optional[str] = None):
     """Read the sample table, join the score table on sample_id, and check the metric column."""
-
-    from fairvision.errors import ColumnError
-    from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID, read_table
+    from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID, read_table  # lazy: pandas (start-up, see module doc)
 
     df = read_table(samples, subject_col=subject_col)
     src = str(samples)
@@ -63,7 +69,7 @@ def _default_features(df, metric: str) -> list[str]:
 
 
 def _write(section, output: Path, title: str, meta: dict, extra_files=None):
-    from fairvision.report import Report
+    from fairvision.report import Report  # lazy: matplotlib (start-up, see module doc)
 
     rep = Report(title=title, meta=meta)
     rep.add(section)
@@ -90,16 +96,17 @@ def errors_cmd(
     """Direct error modelling (FHIBE): which annotations predict the per-sample score, ranked by random forest
     importance, the elbow-selected top features, and decision-tree rules such as
     "visible keypoints <= 12 and pose = lying: mean AR 0.41, n = 230" with bootstrap standard errors."""
-    from fairvision.audits.diagnosis.error_model import model_errors
+    # lazy: scikit-learn, pandas, matplotlib (start-up, see module doc)
+    from fairvision.audits.diagnosis.error_model import audit_error_model
     from fairvision.report.sections.diagnosis import error_model_section
 
     check_outdir(output)
     df, subj = load_scored_table(samples, scores, metric, subject_col)
     features = list(feature) or _default_features(df, metric)
     with status("modelling errors"):
-        res = model_errors(df, metric, features, subject_col=subj, label=label, higher_is_better=not lower_is_better,
-                           importance=importance, n_top=n_top, max_depth=max_depth, n_estimators=n_estimators,
-                           n_boot=n_boot, prune=prune, seed=seed)
+        res = audit_error_model(df, metric, features, subject_col=subj, label=label,
+                                higher_is_better=not lower_is_better, importance=importance, n_top=n_top,
+                                max_depth=max_depth, n_estimators=n_estimators, n_boot=n_boot, prune=prune, seed=seed)
         paths = _write(error_model_section(res), output, "fairvision: error modelling",
                        {"samples": str(samples), "scores": str(scores) if scores else None, "metric": metric,
                         "features": features, "seed": seed, "n_boot": n_boot, "prune": prune})
@@ -117,12 +124,13 @@ def patterns_cmd(
     lower_is_better: bool = _LOWER,
     min_support: float = typer.Option(0.05, "--min-support", min=0.0001, max=1.0, help="FP-growth minimum support (share of samples)."),
     max_len: int = typer.Option(3, "--max-len", min=2, max=6, help="Longest rule, counting the low-score item."),
-    correction: str = typer.Option("holm", "--correction", help="Multiple-comparison correction: holm, bonferroni, bh, none."),
+    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-comparison correction: holm, bonferroni, bh, none."),
     save_groups: Optional[Path] = typer.Option(None, "--save-groups", help="Write the sample table with a new column error_pattern (matches/other) for the top significant rule, to audit it as a group."),
 ):
     """Error pattern recognition (FHIBE): FP-growth association rules of attribute values that co-occur with a
     low score, ranked by lift with support, confidence and a corrected Fisher exact test."""
-    from fairvision.audits.diagnosis.patterns import add_rule_attribute, find_error_patterns
+    # lazy: pandas, scipy, matplotlib (start-up, see module doc)
+    from fairvision.audits.diagnosis.patterns import add_rule_attribute, audit_error_patterns
     from fairvision.io.tables import write_table
     from fairvision.report.sections.diagnosis import patterns_section
 
@@ -130,9 +138,9 @@ def patterns_cmd(
     df, _ = load_scored_table(samples, scores, metric)
     attrs = list(attr) or _default_features(df, metric)
     with status("mining error patterns"):
-        res = find_error_patterns(df, metric, attrs, low_quantile=low_quantile, low_threshold=low_threshold,
-                                  higher_is_better=not lower_is_better, min_support=min_support, max_len=max_len,
-                                  correction=correction)
+        res = audit_error_patterns(df, metric, attrs, low_quantile=low_quantile, low_threshold=low_threshold,
+                                   higher_is_better=not lower_is_better, min_support=min_support, max_len=max_len,
+                                   correction=correction)
         sig = res.rules[res.rules["significant"]]
         if save_groups is not None:
             if sig.empty:
@@ -155,19 +163,20 @@ def confounders_cmd(
     n_bins: int = typer.Option(3, "--n-bins", min=2, max=10, help="Quantile strata for a numeric confounder."),
     edges: List[float] = typer.Option([], "--edge", help="Stratum edge for a numeric confounder (repeat; overrides --n-bins)."),
     outcome: str = typer.Option("auto", "--outcome", help="auto, continuous (van Elteren) or binary (Cochran-Mantel-Haenszel)."),
-    correction: str = typer.Option("bonferroni", "--correction", help="Correction over pairs: bonferroni (FHIBE), holm, bh, none."),
+    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Correction over pairs: holm, bonferroni (FHIBE), bh, none."),
     min_count: int = typer.Option(10, "--min-count", min=1, help="Smallest group (subjects) tested inside a stratum (FHIBE: 10)."),
 ):
     """Confounder control: compare the groups of --attr with and without holding --strata fixed (van Elteren or
     Cochran-Mantel-Haenszel) and report whether the disparity survives."""
-    from fairvision.audits.diagnosis.confounders import control_confounder
+    # lazy: pandas, scipy, matplotlib (start-up, see module doc)
+    from fairvision.audits.diagnosis.confounders import audit_confounder
     from fairvision.report.sections.diagnosis import confounder_section
 
     check_outdir(output)
     df, subj = load_scored_table(samples, scores, metric, subject_col)
     with status("stratified comparison"):
-        res = control_confounder(df, metric, attr, strata, outcome=outcome, subject_col=subj, n_bins=n_bins,
-                                 edges=list(edges) or None, correction=correction, min_count=min_count)
+        res = audit_confounder(df, metric, attr, strata, outcome=outcome, subject_col=subj, n_bins=n_bins,
+                               edges=list(edges) or None, correction=correction, min_count=min_count)
         paths = _write(confounder_section(res), output, "fairvision: confounder control",
                        {"samples": str(samples), "metric": metric, "attribute": attr, "confounder": strata})
     done(paths, res.message)
@@ -183,18 +192,19 @@ def counterfactual_cmd(
     correct_col: Optional[str] = typer.Option(None, "--correct-col", help="Column of true/false (1/0) correctness, instead of comparing predictions with labels."),
     model_col: Optional[str] = typer.Option(None, "--model-col", help="Model column, for several models in one table (one row each in Table 4)."),
     reference: str = typer.Option("reconstructed", "--reference", help="Variant every other one is compared with (Thong et al.: reconstructed)."),
-    correction: str = typer.Option("holm", "--correction", help="Correction over the McNemar tests: holm, bonferroni, bh, none."),
+    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Correction over the McNemar tests: holm, bonferroni, bh, none."),
 ):
     """Counterfactual image sets (Thong et al. 2023, Table 4): accuracy per variant and class, and McNemar paired
     tests of each manipulated variant against the reconstructed images."""
-    from fairvision.audits.diagnosis.counterfactual import analyse_counterfactuals
+    # lazy: pandas, scipy, matplotlib (start-up, see module doc)
+    from fairvision.audits.diagnosis.counterfactual import audit_counterfactuals
     from fairvision.report.sections.diagnosis import counterfactual_section
 
     check_outdir(output)
     df = _read_long_table(predictions)
-    res = analyse_counterfactuals(df, sample_col=sample_col, variant_col=variant_col, label_col=label_col,
-                                  prediction_col=prediction_col, correct_col=correct_col, model_col=model_col,
-                                  reference=reference, correction=correction)
+    res = audit_counterfactuals(df, sample_col=sample_col, variant_col=variant_col, label_col=label_col,
+                                prediction_col=prediction_col, correct_col=correct_col, model_col=model_col,
+                                reference=reference, correction=correction)
     paths = _write(counterfactual_section(res), output, "fairvision: counterfactual skin colour",
                    {"predictions": str(predictions), "reference": reference})
     done(paths, f"{int(res.tests['significant'].sum())} of {len(res.tests)} variant × class changes significant")
@@ -202,9 +212,7 @@ def counterfactual_cmd(
 
 def _read_long_table(path: Path):
     """Read a long table (sample ids repeat, one row per variant) as it is: CSV, TSV, Parquet, JSON or JSONL."""
-    import pandas as pd
-
-    from fairvision.errors import InputFileError
+    import pandas as pd  # lazy: pandas (start-up, see module doc)
 
     if not path.is_file():
         raise InputFileError(f"{path}: no such file")
@@ -235,7 +243,7 @@ def _read_long_table(path: Path):
 
 
 def _image_list(images: List[Path]) -> list[Path]:
-    from fairvision.datasets.demo import IMAGE_SUFFIXES
+    from fairvision.datasets.demo import IMAGE_SUFFIXES  # lazy: pandas (start-up, see module doc)
 
     out: list[Path] = []
     for p in images:
@@ -265,13 +273,10 @@ def transect_cmd(
     write the manipulated images as PNG, and check on the 8-bit result that the requested axis moved by the
     requested amount and the other stayed within tolerance. Run a classifier on images/ to measure the causal effect
     of skin colour (Thong et al. 2023, section 4.3) without a GAN."""
-    import io
-
+    # lazy: pandas, scipy, image decoding, skin masks, matplotlib (start-up, see module doc)
     import pandas as pd
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from fairvision.audits.diagnosis.counterfactual import colour_transect
+    from fairvision.audits.diagnosis.counterfactual import audit_colour_transect
     from fairvision.io.images import encode_png, read_image
     from fairvision.report.sections.diagnosis import transect_section
     from fairvision.skin.masks import skin_mask
@@ -298,8 +303,8 @@ def transect_cmd(
                 row.update(output=None, status="skipped", reason=mr.reason or "no skin mask")
             else:
                 try:
-                    res = colour_transect(img, mr.mask, axis=axis, delta=delta, tolerance=tolerance,
-                                          other_tolerance=other_tolerance, estimator=estimator)
+                    res = audit_colour_transect(img, mr.mask, axis=axis, delta=delta, tolerance=tolerance,
+                                                other_tolerance=other_tolerance, estimator=estimator)
                 except FairvisionError as exc:
                     row.update(output=None, status="skipped", reason=str(exc))
                 else:

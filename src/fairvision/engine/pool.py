@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -92,13 +93,11 @@ def limit_threads(n: int = 1) -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)  # for libraries loaded later
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # lazy: optional, 0.1 s to import, only in workers
 
         threadpool_limits(limits=n)
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
         pass
-    import sys
-
     cv2 = sys.modules.get("cv2")
     if cv2 is not None:
         cv2.setNumThreads(n)
@@ -161,8 +160,6 @@ def _threads_started() -> bool:
     Python helper threads (a progress bar's refresher) do not count: the forked
     child simply does not have them and the workers never use their locks.
     """
-    import sys
-
     for name in ("fairvision.vision.facemesh", "fairvision.vision.detect"):
         mod = sys.modules.get(name)
         if mod is not None and mod.models_built():

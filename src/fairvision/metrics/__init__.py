@@ -1,8 +1,8 @@
-"""Per-sample task metrics (FHIBE per-image metrics, METHODS.md section 4).
+"""Per-sample task metrics (FHIBE per-image metrics, docs/METHODS.md §6.1).
 
 Pure numpy: no image or model code. Each function returns one number per
 sample (or per instance), ready to be disaggregated by
-:func:`fairvision.audits.model.model_audit`.
+:func:`fairvision.audits.model.audit_model`.
 
 * :mod:`~fairvision.metrics.boxes`: box IoU (pairwise matrix, elementwise).
 * :mod:`~fairvision.metrics.masks`: COCO RLE encode/decode, polygons, mask IoU, Dice/F1 over categories.

@@ -1,4 +1,4 @@
-"""Bounding-box IoU (FHIBE person and face detection; annotation agreement, METHODS.md section 4)."""
+"""Bounding-box IoU (FHIBE person and face detection; annotation agreement; docs/METHODS.md §6.1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,22 @@ from fairvision.errors import FairvisionError
 def to_xyxy(boxes, fmt: str = "xyxy") -> np.ndarray:
     """Boxes as an (N, 4) float array ``x1, y1, x2, y2``.
 
-    ``fmt``: ``"xyxy"`` (corners) or ``"xywh"`` (COCO: top-left corner, width, height).
+    Parameters
+    ----------
+    boxes : array_like, shape (N, 4) or (4,)
+        Box coordinates.
+    fmt : {"xyxy", "xywh"}
+        ``"xyxy"`` (corners) or ``"xywh"`` (COCO: top-left corner, width, height).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N, 4)
+        Corners as floats; shape (0, 4) for no boxes.
+
+    Raises
+    ------
+    FairvisionError
+        Not 4 numbers per box, an unknown format, or a negative width or height.
     """
     b = np.asarray(boxes, dtype=float)
     if b.size == 0:
@@ -31,6 +46,17 @@ def box_iou(boxes1, boxes2, fmt: str = "xyxy") -> np.ndarray:
     """Pairwise IoU matrix, shape (N, M), by broadcasting (no loops).
 
     ``IoU = area(A ∩ B) / area(A ∪ B)``; 0 when the union is empty.
+
+    Parameters
+    ----------
+    boxes1, boxes2 : array_like, shape (N, 4) and (M, 4)
+    fmt : {"xyxy", "xywh"}
+        Box format of both inputs (see :func:`to_xyxy`).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N, M)
+        ``iou[i, j]`` of ``boxes1[i]`` and ``boxes2[j]``.
     """
     a, b = to_xyxy(boxes1, fmt), to_xyxy(boxes2, fmt)
     iw = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
@@ -44,7 +70,20 @@ def box_iou(boxes1, boxes2, fmt: str = "xyxy") -> np.ndarray:
 
 
 def box_iou_paired(boxes1, boxes2, fmt: str = "xyxy") -> np.ndarray:
-    """IoU of ``boxes1[i]`` with ``boxes2[i]`` for every i (e.g. two annotators of one box)."""
+    """IoU of ``boxes1[i]`` with ``boxes2[i]`` for every i (e.g. two annotators of one box).
+
+    Parameters
+    ----------
+    boxes1, boxes2 : array_like, shape (N, 4)
+        Paired boxes.
+    fmt : {"xyxy", "xywh"}
+        Box format of both inputs (see :func:`to_xyxy`).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N,)
+        0 where the union is empty.
+    """
     a, b = to_xyxy(boxes1, fmt), to_xyxy(boxes2, fmt)
     if a.shape != b.shape:
         raise FairvisionError(f"box_iou_paired: {len(a)} boxes against {len(b)}")

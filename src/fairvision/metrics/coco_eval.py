@@ -1,4 +1,4 @@
-"""Per-image task scores from COCO ground truth and predictions (FHIBE per-image metrics, METHODS.md 4).
+"""Per-image task scores from COCO ground truth and predictions (FHIBE per-image metrics, docs/METHODS.md §6.1).
 
 ``iou_type="bbox"`` or ``"segm"``: average recall over IoU 0.50:0.05:0.95 per
 ground-truth instance (best-matching prediction of the same category), then
@@ -33,9 +33,27 @@ def per_image_scores(gt: CocoDataset, preds: pd.DataFrame, iou_type: str = "bbox
                      sigmas=COCO_SIGMAS) -> pd.DataFrame:
     """One score per ground-truth image: ``sample_id``, ``image_id``, ``n_gt`` and the score column.
 
-    The score column is ``average_recall`` (bbox, segm) or ``oks`` (keypoints).
-    Images without (non-crowd) ground-truth instances get NaN. Predictions
-    below ``min_score`` are ignored.
+    Parameters
+    ----------
+    gt : fairvision.io.coco.CocoDataset
+        Ground-truth images and annotations.
+    preds : pandas.DataFrame
+        Predictions with ``image_id``, ``category_id``, ``score`` and
+        ``bbox``, ``segmentation`` or ``keypoints`` (per ``iou_type``).
+    iou_type : {"bbox", "segm", "keypoints"}
+        Which score to compute.
+    min_score : float
+        Predictions below this confidence are ignored.
+    sigmas : array_like
+        Per-keypoint OKS standard deviations (COCO's 17 by default; other
+        skeletons get 0.1 for every keypoint).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ground-truth image. The score column is
+        ``average_recall`` (bbox, segm) or ``oks`` (keypoints); images without
+        (non-crowd) ground-truth instances get NaN.
     """
     if iou_type not in ("bbox", "segm", "keypoints"):
         raise FairvisionError(f"iou_type must be bbox, segm or keypoints, not {iou_type!r}")

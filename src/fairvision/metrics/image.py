@@ -1,4 +1,4 @@
-"""Image-quality metrics for reconstruction and super-resolution (METHODS.md section 4).
+"""Image-quality metrics for reconstruction and super-resolution (docs/METHODS.md §6.1).
 
 PSNR is computed here. LPIPS needs a neural network (torch and its trained
 weights), which this package does not ship: compute LPIPS with the ``lpips``

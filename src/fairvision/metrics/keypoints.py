@@ -1,4 +1,4 @@
-"""Keypoint metrics: PCK@alpha and object keypoint similarity (OKS) (METHODS.md section 4).
+"""Keypoint metrics: PCK@alpha and object keypoint similarity (OKS) (docs/METHODS.md §6.1).
 
 FHIBE pose estimation uses PCK@0.5: a keypoint is correct when it lies within
 0.5 x the head length of the ground truth. Annotation agreement uses OKS with
@@ -26,13 +26,36 @@ def _kp(a, name: str) -> np.ndarray:
 
 
 def head_length(gt, head_top: int, neck: int) -> np.ndarray:
-    """Head length of every instance: distance between two ground-truth keypoints (e.g. MPII head top and upper neck)."""
+    """Head length of every instance: distance between two ground-truth keypoints (e.g. MPII head top and upper neck).
+
+    Parameters
+    ----------
+    gt : array_like, shape (N, K, 2) or (K, 2)
+        Ground-truth keypoints (a third visibility column is ignored).
+    head_top, neck : int
+        Indices of the two keypoints.
+
+    Returns
+    -------
+    numpy.ndarray, shape (N,)
+    """
     g = _kp(gt, "gt")
     return np.linalg.norm(g[:, head_top] - g[:, neck], axis=-1)
 
 
 def box_size(boxes, fmt: str = "xywh") -> np.ndarray:
-    """Box normalisation for PCK: ``max(width, height)`` of every instance's box."""
+    """Box normalisation for PCK: ``max(width, height)`` of every instance's box.
+
+    Parameters
+    ----------
+    boxes : array_like, shape (N, 4)
+    fmt : {"xywh", "xyxy"}
+        Box format (COCO ``xywh`` by default).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N,)
+    """
     from fairvision.metrics.boxes import to_xyxy
 
     b = to_xyxy(boxes, fmt)
@@ -74,7 +97,22 @@ def oks(pred, gt, visible, area, *, sigmas=COCO_SIGMAS) -> np.ndarray:
 
     ``OKS = sum_i exp(-d_i^2 / (2 s^2 k_i^2)) [v_i > 0] / sum_i [v_i > 0]`` with
     ``s^2`` the object area and ``k_i = 2 sigma_i``, as ``COCOeval.computeOks``.
-    NaN for an instance without labelled keypoints.
+
+    Parameters
+    ----------
+    pred, gt : array_like, shape (N, K, 2) or (K, 2)
+        Predicted and ground-truth keypoints.
+    visible : array_like, shape (N, K)
+        Ground-truth visibility; keypoints with ``v > 0`` are scored.
+    area : float or array_like (N,)
+        Object area ``s^2`` of every instance.
+    sigmas : array_like (K,)
+        Per-keypoint standard deviations (default: COCO's 17).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N,)
+        NaN for an instance without labelled keypoints.
     """
     p, g = _kp(pred, "pred"), _kp(gt, "gt")
     if p.shape != g.shape:

@@ -7,7 +7,7 @@ form stores each count (after the third, as the difference to the count two
 before) in 5-bit groups offset by ASCII 48, with bit 0x20 meaning "more" and
 bit 0x10 the sign, exactly as ``rleToString`` / ``rleFrString`` in the COCO API.
 
-FHIBE metrics (METHODS.md section 4): mask IoU for segmentation recall, mean
+FHIBE metrics (docs/METHODS.md §6.1): mask IoU for segmentation recall, mean
 F1 (Dice) over mask categories for face parsing, Dice for annotation agreement.
 """
 
@@ -64,7 +64,20 @@ def _counts_to_string(counts: Sequence[int]) -> str:
 
 
 def rle_encode(mask, *, compressed: bool = True) -> dict:
-    """COCO RLE of a binary mask (H, W): ``{"size": [h, w], "counts": str or list}``."""
+    """COCO RLE of a binary mask (H, W): ``{"size": [h, w], "counts": str or list}``.
+
+    Parameters
+    ----------
+    mask : array_like, shape (H, W)
+        Non-zero pixels are foreground.
+    compressed : bool
+        Encode the counts as COCO's compressed string (default) or keep the list.
+
+    Returns
+    -------
+    dict
+        ``size`` and ``counts``, as pycocotools writes them.
+    """
     m = np.asarray(mask)
     if m.ndim != 2:
         raise FairvisionError(f"rle_encode: expected a 2-D mask, got shape {m.shape}")
@@ -81,7 +94,22 @@ def rle_encode(mask, *, compressed: bool = True) -> dict:
 
 
 def rle_decode(rle: Mapping) -> np.ndarray:
-    """Binary mask (H, W) of a COCO RLE dict with ``size`` and ``counts`` (list or compressed string)."""
+    """Binary mask (H, W) of a COCO RLE dict with ``size`` and ``counts`` (list or compressed string).
+
+    Parameters
+    ----------
+    rle : mapping
+        ``{"size": [h, w], "counts": list or str}``.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (h, w)
+
+    Raises
+    ------
+    FairvisionError
+        A malformed RLE (bad characters, negative runs, or runs that do not add up to h * w).
+    """
     try:
         h, w = (int(v) for v in rle["size"])
         counts = rle["counts"]
@@ -108,6 +136,17 @@ def polygons_to_mask(polygons, height: int, width: int) -> np.ndarray:
     rows x edges (scanline crossings). pycocotools rasterises boundary pixels
     slightly differently (by up-sampling), so masks can differ by about one
     pixel along the outline.
+
+    Parameters
+    ----------
+    polygons : sequence of sequences of float
+        COCO polygons ``[[x1, y1, x2, y2, ...], ...]`` (one flat polygon is accepted too).
+    height, width : int
+        Mask size.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (height, width)
     """
     mask = np.zeros((height, width), dtype=bool)
     if isinstance(polygons, np.ndarray) or (polygons and not isinstance(polygons[0], (list, tuple, np.ndarray))):
@@ -135,7 +174,19 @@ def polygons_to_mask(polygons, height: int, width: int) -> np.ndarray:
 
 
 def segmentation_to_mask(segmentation, height: int, width: int) -> np.ndarray:
-    """Mask of a COCO ``segmentation``: polygons, uncompressed RLE or compressed RLE."""
+    """Mask of a COCO ``segmentation``: polygons, uncompressed RLE or compressed RLE.
+
+    Parameters
+    ----------
+    segmentation : list or mapping
+        COCO polygons, or an RLE dict.
+    height, width : int
+        Image size; an RLE of another size is an error.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (height, width)
+    """
     if isinstance(segmentation, Mapping):
         m = rle_decode(segmentation)
         if m.shape != (height, width):
@@ -145,7 +196,18 @@ def segmentation_to_mask(segmentation, height: int, width: int) -> np.ndarray:
 
 
 def mask_iou(masks1, masks2) -> np.ndarray:
-    """Pairwise IoU of binary masks: (N, H, W) x (M, H, W) -> (N, M), one matrix product."""
+    """Pairwise IoU of binary masks: (N, H, W) x (M, H, W) -> (N, M), one matrix product.
+
+    Parameters
+    ----------
+    masks1, masks2 : array_like, shape (N, H, W) and (M, H, W)
+        Binary masks of the same size (a single (H, W) mask is accepted).
+
+    Returns
+    -------
+    numpy.ndarray, shape (N, M)
+        0 where the union is empty.
+    """
     a = np.asarray(masks1, dtype=bool)
     b = np.asarray(masks2, dtype=bool)
     a = a[None] if a.ndim == 2 else a
@@ -161,7 +223,17 @@ def mask_iou(masks1, masks2) -> np.ndarray:
 
 
 def dice(pred, true) -> float:
-    """Dice / F1 of two binary masks: ``2 |A ∩ B| / (|A| + |B|)``; NaN when both are empty."""
+    """Dice / F1 of two binary masks: ``2 |A ∩ B| / (|A| + |B|)``.
+
+    Parameters
+    ----------
+    pred, true : array_like of bool, same shape
+
+    Returns
+    -------
+    float
+        NaN when both masks are empty.
+    """
     a = np.asarray(pred, dtype=bool)
     b = np.asarray(true, dtype=bool)
     if a.shape != b.shape:
@@ -171,7 +243,7 @@ def dice(pred, true) -> float:
 
 
 def mean_dice(pred_labels, true_labels, categories=None, *, ignore=None) -> float:
-    """Mean F1 (Dice) over mask categories of a label map (FHIBE face parsing, METHODS.md section 4).
+    """Mean F1 (Dice) over mask categories of a label map (FHIBE face parsing, docs/METHODS.md §6.1).
 
     Parameters
     ----------
@@ -182,6 +254,11 @@ def mean_dice(pred_labels, true_labels, categories=None, *, ignore=None) -> floa
         except ``ignore``). Categories absent from both maps are skipped.
     ignore : int, optional
         Label to leave out (e.g. background 0).
+
+    Returns
+    -------
+    float
+        NaN when no category is present in either map.
 
     Notes
     -----

@@ -1,4 +1,4 @@
-"""Average recall over IoU thresholds 0.50:0.05:0.95 per ground-truth instance (METHODS.md section 4).
+"""Average recall over IoU thresholds 0.50:0.05:0.95 per ground-truth instance (docs/METHODS.md §6.1).
 
 FHIBE's per-image metric for person detection, person segmentation and face
 detection: every ground-truth instance is matched to its best-overlapping
@@ -20,7 +20,17 @@ IOU_THRESHOLDS = np.arange(50, 100, 5) / 100.0
 def average_recall_from_iou(iou, thresholds=IOU_THRESHOLDS) -> np.ndarray:
     """Average recall of every ground-truth instance from an IoU matrix (n_gt, n_pred).
 
-    Returns an array of length n_gt; an instance with no prediction scores 0.
+    Parameters
+    ----------
+    iou : array_like, shape (n_gt, n_pred)
+        IoU of every ground-truth instance with every prediction.
+    thresholds : array_like
+        IoU thresholds (default 0.50:0.05:0.95).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_gt,)
+        Share of thresholds the best IoU reaches; an instance with no prediction scores 0.
     """
     iou = np.asarray(iou, dtype=float)
     if iou.ndim != 2:
@@ -37,9 +47,16 @@ def average_recall(gt_boxes, pred_boxes, *, fmt: str = "xyxy", thresholds=IOU_TH
     ----------
     gt_boxes, pred_boxes : array_like, shape (N, 4) and (M, 4)
     fmt : {"xyxy", "xywh"}
+    thresholds : array_like
+        IoU thresholds (default 0.50:0.05:0.95).
     reduce : bool
         True: the image's score (mean over instances; NaN without ground
         truth). False: one value per ground-truth instance.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The image's average recall, or one value per ground-truth box.
     """
     per_gt = average_recall_from_iou(box_iou(gt_boxes, pred_boxes, fmt), thresholds)
     if not reduce:

@@ -1,4 +1,4 @@
-"""Face verification by group: TAR at a fixed FAR, and the pairs to score (METHODS.md section 4).
+"""Face verification by group: TAR at a fixed FAR, and the pairs to score (docs/METHODS.md §6.1).
 
 FHIBE evaluates face verification as the true accept rate at FAR = 0.001 per
 group, on all positive pairs (same identity) and "hard" negative pairs
@@ -88,10 +88,26 @@ def tar_at_far(scores, genuine, far: float = 0.001) -> TarResult:
 def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshold: str = "group") -> pd.DataFrame:
     """TAR at FAR for every group of pairs.
 
-    ``threshold="group"`` (FHIBE: TAR at FAR = 0.001 *per group*) sets each
-    group's own threshold from its impostors; ``"global"`` uses one threshold
-    from all impostors and reports each group's TAR and achieved FAR at it.
-    Returns a DataFrame indexed by group: tar, threshold, far, n_genuine, n_impostor.
+    Parameters
+    ----------
+    scores : array_like of float
+        Similarity of every pair.
+    genuine : array_like of bool
+        True for positive pairs.
+    groups : array_like
+        Group of every pair.
+    far : float
+        Target false accept rate (FHIBE: 0.001).
+    threshold : {"group", "global"}
+        ``"group"`` (FHIBE: TAR at FAR = 0.001 *per group*) sets each group's
+        own threshold from its impostors; ``"global"`` uses one threshold from
+        all impostors and reports each group's TAR and achieved FAR at it.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by group: ``tar``, ``threshold``, ``far``, ``n_genuine``,
+        ``n_impostor``; NaN for a group without genuine or impostor pairs.
     """
     if threshold not in ("group", "global"):
         raise FairvisionError(f"threshold must be 'group' or 'global', not {threshold!r}")
@@ -118,7 +134,21 @@ def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshol
 
 
 def cosine_scores(embeddings, i, j, *, chunk: int = 1_000_000) -> np.ndarray:
-    """Cosine similarity of embedding rows ``i[k]`` and ``j[k]`` for every pair k (chunked)."""
+    """Cosine similarity of embedding rows ``i[k]`` and ``j[k]`` for every pair k (chunked).
+
+    Parameters
+    ----------
+    embeddings : array_like, shape (n_samples, d)
+        No all-zero rows.
+    i, j : array_like of int
+        Row indices of the two ends of every pair.
+    chunk : int
+        Pairs per vectorised step (bounds memory).
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (n_pairs,)
+    """
     e = np.asarray(embeddings, dtype=np.float32)
     if e.ndim != 2:
         raise FairvisionError(f"embeddings must be a 2-D array (samples x dims), got shape {e.shape}")
@@ -139,6 +169,16 @@ def positive_pairs(identities) -> tuple[np.ndarray, np.ndarray]:
 
     Vectorised by identity size: for every distinct number of images s, the
     s(s-1)/2 index pairs are laid over all identities of that size at once.
+
+    Parameters
+    ----------
+    identities : array_like
+        Identity of every sample (no missing values).
+
+    Returns
+    -------
+    i, j : numpy.ndarray of int64
+        Sample indices of every positive pair, ``i < j``.
     """
     codes, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
     if (codes < 0).any():
@@ -162,7 +202,22 @@ _ROMAN = {"i": 1, "ii": 2, "iii": 3, "iv": 4, "v": 5, "vi": 6, "vii": 7, "viii":
 
 
 def tone_levels(values) -> np.ndarray:
-    """Skin tone levels as integers: numbers, or Fitzpatrick labels like ``"Type IV"`` / ``"IV"``."""
+    """Skin tone levels as integers: numbers, or Fitzpatrick labels like ``"Type IV"`` / ``"IV"``.
+
+    Parameters
+    ----------
+    values : sequence
+        One skin tone per sample (``4``, ``"IV"``, ``"Type IV"``, ``"ST4"``, ``"MST4"``).
+
+    Returns
+    -------
+    numpy.ndarray of int64
+
+    Raises
+    ------
+    FairvisionError
+        A value that is not a recognisable level (names the sample).
+    """
     out = np.empty(len(values), dtype=np.int64)
     for k, v in enumerate(values):  # per sample label parsing, not per pair
         s = str(v).strip().lower()
@@ -183,6 +238,20 @@ def hard_negative_pairs(identities, pronouns, skin_tones, *, max_tone_diff: int 
     Samples are grouped into blocks by (pronoun, tone level); pairs come from
     the index products of each block with itself and with the blocks up to
     ``max_tone_diff`` levels above, minus pairs of the same identity.
+
+    Parameters
+    ----------
+    identities, pronouns, skin_tones : array_like
+        Per sample (skin tones as accepted by :func:`tone_levels`).
+    max_tone_diff : int
+        Largest difference of skin tone levels within a pair (FHIBE: 1).
+    max_pairs : int
+        Memory guard on the number of candidate pairs.
+
+    Returns
+    -------
+    i, j : numpy.ndarray of int64
+        Sample indices of every hard negative pair, ``i < j``.
 
     Raises
     ------

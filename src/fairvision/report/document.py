@@ -6,17 +6,20 @@ import base64
 import datetime as _dt
 import io
 import json
-import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pandas as pd
 
+from fairvision import __version__
 from fairvision.io.atomic import atomic_output_dir
 from fairvision.io.jsonable import to_jsonable
+from fairvision.report.formatting import flat_frame, format_number, has_meaningful_index, slug
+from fairvision.report.html import render_html
+
+__all__ = ["REPORT_SCHEMA", "REPORT_SCHEMA_VERSION", "Report", "Section", "figure_to_svg", "format_number",
+           "frame_to_records"]
 
 REPORT_SCHEMA = "https://fairvision.dev/schema/report"
 REPORT_SCHEMA_VERSION = "1.0"
@@ -24,48 +27,13 @@ REPORT_SCHEMA_VERSION = "1.0"
 
 def frame_to_records(df: pd.DataFrame) -> dict:
     """A DataFrame as ``{"index": [...names], "columns": [...], "data": [[...], ...]}``."""
-    flat = df.reset_index() if _has_meaningful_index(df) else df.reset_index(drop=True)
-    index_names = [str(n) for n in df.index.names] if _has_meaningful_index(df) else []
-    flat.columns = [_col_name(c) for c in flat.columns]
+    flat = flat_frame(df)
+    index_names = [str(n) for n in df.index.names] if has_meaningful_index(df) else []
     return {
         "index": index_names,
         "columns": list(flat.columns),
         "data": [to_jsonable(list(row)) for row in flat.itertuples(index=False, name=None)],
     }
-
-
-def _col_name(c: Any) -> str:
-    if isinstance(c, tuple):
-        return " / ".join(str(x) for x in c if str(x) != "")
-    return str(c)
-
-
-def _has_meaningful_index(df: pd.DataFrame) -> bool:
-    return isinstance(df.index, pd.MultiIndex) or df.index.name is not None
-
-
-def _slug(text: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
-    return s or "item"
-
-
-def format_number(v: Any, digits: int = 4) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
-        return "–"
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (int, np.integer)):
-        return f"{int(v):,}"
-    if isinstance(v, (float, np.floating)):
-        f = float(v)
-        if math.isinf(f):
-            return "∞" if f > 0 else "−∞"
-        if f != 0 and (abs(f) < 1e-3 or abs(f) >= 1e6):
-            return f"{f:.3g}"
-        if float(f).is_integer() and abs(f) < 1e6:
-            return f"{int(f):,}"
-        return f"{f:.{digits}g}" if abs(f) < 1 else f"{f:,.{max(1, digits - len(str(int(abs(f)))))}f}".rstrip("0").rstrip(".")
-    return str(v)
 
 
 @dataclass
@@ -141,6 +109,8 @@ class Section:
 
 
 def figure_to_svg(fig: Any) -> str:
+    """A matplotlib figure as inline SVG markup (no XML prolog); the figure is closed."""
+    # lazy: matplotlib + pyplot cost about 0.7 s to import, and only reports with figures need them
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -176,8 +146,6 @@ class Report:
         raise KeyError(id)
 
     def to_dict(self) -> dict:
-        from fairvision import __version__
-
         return {
             "$schema": REPORT_SCHEMA,
             "schema_version": REPORT_SCHEMA_VERSION,
@@ -190,8 +158,6 @@ class Report:
         }
 
     def to_html(self) -> str:
-        from fairvision.report.html import render_html
-
         return render_html(self)
 
     def write(self, outdir: str | Path, *, extra_files: Mapping[str, bytes] | None = None) -> dict[str, Path]:
@@ -211,12 +177,11 @@ class Report:
             for s in self.sections:
                 for name, df in s.tables.items():
                     tdir.mkdir(exist_ok=True)
-                    flat = df.reset_index() if _has_meaningful_index(df) else df.reset_index(drop=True)
-                    flat.columns = [_col_name(c) for c in flat.columns]
+                    flat = flat_frame(df)
                     for c in flat.columns:
                         if flat[c].dtype == object:
                             flat[c] = flat[c].map(lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v))
-                    flat.to_parquet(tdir / f"{_slug(s.id)}__{_slug(name)}.parquet", index=False)
+                    flat.to_parquet(tdir / f"{slug(s.id)}__{slug(name)}.parquet", index=False)
             for name, data in (extra_files or {}).items():
                 p = stage / name
                 p.parent.mkdir(parents=True, exist_ok=True)

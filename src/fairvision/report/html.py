@@ -1,4 +1,9 @@
-"""Render a :class:`~fairvision.report.document.Report` as one self-contained HTML file."""
+"""Render a report as one self-contained HTML file.
+
+This module does not import :mod:`fairvision.report.document` (which imports
+this one to write ``report.html``): :func:`render_html` reads only the
+report's ``title``, ``subtitle``, ``meta`` and ``sections``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fairvision.report.document import Report, format_number, _col_name, _has_meaningful_index, _slug, to_jsonable
+from fairvision import __version__
+from fairvision.io.jsonable import to_jsonable
+from fairvision.report.formatting import flat_frame, format_number, slug
 
 _CSS = """
 :root{--fg:#1d2330;--muted:#5b6473;--line:#d9dee7;--bg:#fff;--accent:#2f5d9e;--warn:#9a5b00;--warnbg:#fff6e5;--find:#7a1f3d;--findbg:#fdeef3;--infobg:#eef4fb}
@@ -57,8 +64,7 @@ def _cell(v: Any) -> str:
 
 
 def render_table(df: pd.DataFrame, caption: str | None, max_rows: int | None, highlight: str | None) -> str:
-    flat = df.reset_index() if _has_meaningful_index(df) else df.reset_index(drop=True)
-    flat.columns = [_col_name(c) for c in flat.columns]
+    flat = flat_frame(df)
     shown = flat if max_rows is None else flat.head(max_rows)
     parts = ['<div class="tablewrap"><table class="sortable">']
     if caption:
@@ -85,7 +91,7 @@ def render_block(b: dict) -> str:
             f'<div class="metric"><div class="v">{_esc(format_number(v))}</div><div class="k">{_esc(k)}</div></div>' for k, v in b["values"].items()
         )
         cap = f"<h3>{_esc(b['caption'])}</h3>" if b.get("caption") else ""
-        return f'{cap}<div class="metrics" id="{_esc(_slug(b["name"]))}">{items}</div>'
+        return f'{cap}<div class="metrics" id="{_esc(slug(b["name"]))}">{items}</div>'
     if t == "table":
         return render_table(b["frame"], b.get("caption"), b.get("max_rows"), b.get("highlight"))
     if t == "figure":
@@ -95,15 +101,25 @@ def render_block(b: dict) -> str:
     raise ValueError(f"unknown block type {t!r}")
 
 
-def render_html(report: Report) -> str:
-    from fairvision import __version__
+def render_html(report: Any) -> str:
+    """The whole report as one HTML document (inline CSS, SVG figures and a table-sorting script).
 
+    Parameters
+    ----------
+    report : fairvision.report.Report
+        Any object with ``title``, ``subtitle``, ``meta`` (dict) and
+        ``sections`` (:class:`~fairvision.report.Section` objects).
+
+    Returns
+    -------
+    str
+    """
     meta_rows = "".join(f"<p><b>{_esc(k)}:</b> {_esc(v)}</p>" for k, v in report.meta.items() if not isinstance(v, (dict, list)))
-    nav = "".join(f'<a href="#{_esc(_slug(s.id))}">{_esc(s.title)}</a>' for s in report.sections)
+    nav = "".join(f'<a href="#{_esc(slug(s.id))}">{_esc(s.title)}</a>' for s in report.sections)
     body = []
     for s in report.sections:
         intro = f"<p>{_esc(s.intro)}</p>" if s.intro else ""
-        body.append(f'<section id="{_esc(_slug(s.id))}"><h2>{_esc(s.title)}</h2>{intro}' + "".join(render_block(b) for b in s.blocks) + "</section>")
+        body.append(f'<section id="{_esc(slug(s.id))}"><h2>{_esc(s.title)}</h2>{intro}' + "".join(render_block(b) for b in s.blocks) + "</section>")
     subtitle = f"<p>{_esc(report.subtitle)}</p>" if report.subtitle else ""
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -46,30 +46,30 @@ def bar(values: pd.Series, *, title: str = "", xlabel: str = "", ylabel: str = "
     return fig
 
 
-def heatmap(df: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: str = "viridis", center: float | None = None,
+def heatmap(data: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: str = "viridis", center: float | None = None,
             vmin: float | None = None, vmax: float | None = None, cbar_label: str = "", annotate: bool | None = None):
     """Heatmap of a 2-D table (rows x columns). ``center`` gives a diverging colour scale around that value."""
-    data = df.to_numpy(dtype=float)
-    nr, nc = data.shape
+    values = data.to_numpy(dtype=float)
+    nr, nc = values.shape
     fig, ax = plt.subplots(figsize=(min(14, max(4, 0.6 * nc + 2.5)), min(14, max(2.5, 0.42 * nr + 1.5))))
-    finite = data[np.isfinite(data)]
+    finite = values[np.isfinite(values)]
     if center is not None:
         span = np.nanmax(np.abs(finite - center)) if finite.size else 1.0
         span = span or 1.0
         vmin, vmax = center - span if vmin is None else vmin, center + span if vmax is None else vmax
         cmap = "RdBu_r" if cmap == "viridis" else cmap
-    im = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(nc), [str(c) for c in df.columns], rotation=45 if nc > 4 else 0, ha="right" if nc > 4 else "center", fontsize=8)
-    ax.set_yticks(range(nr), [str(r) if not isinstance(r, tuple) else " × ".join(map(str, r)) for r in df.index], fontsize=8)
-    ax.set_xlabel(str(df.columns.name or ""))
-    ax.set_ylabel(str(df.index.name or ""))
+    im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(nc), [str(c) for c in data.columns], rotation=45 if nc > 4 else 0, ha="right" if nc > 4 else "center", fontsize=8)
+    ax.set_yticks(range(nr), [str(r) if not isinstance(r, tuple) else " × ".join(map(str, r)) for r in data.index], fontsize=8)
+    ax.set_xlabel(str(data.columns.name or ""))
+    ax.set_ylabel(str(data.index.name or ""))
     if annotate is None:
         annotate = nr * nc <= 200
     if annotate:
         lo, hi = im.get_clim()
         for i in range(nr):
             for j in range(nc):
-                v = data[i, j]
+                v = values[i, j]
                 if np.isfinite(v):
                     frac = (v - lo) / (hi - lo) if hi > lo else 0.5
                     dark = frac < 0.3 or frac > 0.7 if center is not None else frac < 0.55
@@ -81,21 +81,21 @@ def heatmap(df: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: str
     return fig
 
 
-def forest(df: pd.DataFrame, *, estimate: str = "estimate", low: str = "ci_low", high: str = "ci_high", title: str = "",
+def forest(data: pd.DataFrame, *, estimate: str = "estimate", low: str = "ci_low", high: str = "ci_high", title: str = "",
            xlabel: str = "", reference: float | None = None, band: tuple[float, float] | None = None, flag: str | None = None):
     """Forest plot: one row per group with its estimate and CI; ``band`` shades an acceptable range."""
-    labels = [str(i) if not isinstance(i, tuple) else " × ".join(map(str, i)) for i in df.index]
-    n = len(df)
+    labels = [str(i) if not isinstance(i, tuple) else " × ".join(map(str, i)) for i in data.index]
+    n = len(data)
     fig, ax = plt.subplots(figsize=(7, max(2.2, 0.3 * n + 1.2)))
     y = np.arange(n)
-    est = df[estimate].to_numpy(dtype=float)
-    lo = df[low].to_numpy(dtype=float)
-    hi = df[high].to_numpy(dtype=float)
+    est = data[estimate].to_numpy(dtype=float)
+    lo = data[low].to_numpy(dtype=float)
+    hi = data[high].to_numpy(dtype=float)
     if band is not None:
         ax.axvspan(band[0], band[1], color="#66a182", alpha=0.15, lw=0)
     if reference is not None:
         ax.axvline(reference, color="#888", lw=1, ls="--")
-    flags = df[flag].to_numpy(dtype=bool) if flag and flag in df.columns else np.zeros(n, bool)
+    flags = data[flag].to_numpy(dtype=bool) if flag and flag in data.columns else np.zeros(n, bool)
     for i in range(n):
         c = PALETTE[1] if flags[i] else PALETTE[0]
         if np.isfinite(lo[i]) and np.isfinite(hi[i]):

@@ -1,83 +1,54 @@
-"""Retrieval and recommendation audit (issue 5; METHODS.md section 5; Khaziev et al.).
+"""Deprecated: the retrieval facade, kept as aliases because the README documented it.
 
-Does the protected attribute of a query leak into its search results? This
-package reads ranked results (tables, JSON query -> list mappings, TREC run
-files), runs the k-nearest-neighbour visual search that produces them from
-embeddings, and exposes the distribution parity tests and their Monte Carlo
-power analysis from :mod:`fairvision.stats.parity` and
-:mod:`fairvision.stats.power`.
+The pieces live beside the rest of fairvision now:
 
-Public API
-----------
-parity_test(results, items, attribute, k=6, ...)
-    Contingency table, omnibus test (weak and per-rank strong condition),
-    contrasts with RR, Katz CI, nRR and the 80% rule.
-power(p_z, rr, n, k=6, alpha=0.01, trials=1000, test="omnibus", seed=0)
-    Monte Carlo power (Algorithm 1), vectorised over trials.
-power_grid, detectable_nrr, detectable_curve, catalog_adequacy
-    Power over risk ratios x catalog sizes, the smallest detectable bias and
-    "is my catalog large enough?".
-knn_search(embeddings, ids, k=6, metric="minkowski", p=2, ...)
-    Blockwise exact k-NN search producing the results table.
-read_results, read_items, read_embeddings
-    Readers with one-line errors.
+- readers: :func:`fairvision.io.retrieval.read_results`,
+  :func:`fairvision.io.retrieval.read_items`,
+  :func:`fairvision.io.embeddings.read_embeddings`;
+- k-NN search: :func:`fairvision.stats.knn.knn_search` (docs/METHODS.md §8.4);
+- parity test of a results table against an item table:
+  :func:`fairvision.audits.retrieval.parity_from_results` (the old
+  ``fairvision.retrieval.parity_test``; the array-level test is
+  :func:`fairvision.stats.parity.parity_test`, docs/METHODS.md §8.1, §8.2);
+- power analysis: :mod:`fairvision.stats.power` (docs/METHODS.md §8.3).
+
+Every name below still works and emits a :class:`DeprecationWarning` naming
+its new home.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 
-from fairvision.retrieval.io import read_embeddings, read_items, read_results
-from fairvision.retrieval.knn import knn_search
-from fairvision.stats.parity import ParityResult
-from fairvision.stats.power import (
-    PAPER_P_Z,
-    catalog_adequacy,
-    detectable_curve,
-    detectable_nrr,
-    power,
-    power_all,
-    power_grid,
-)
+# old name -> (module, name there)
+_MOVED = {
+    "read_results": ("fairvision.io.retrieval", "read_results"),
+    "read_items": ("fairvision.io.retrieval", "read_items"),
+    "read_embeddings": ("fairvision.io.embeddings", "read_embeddings"),
+    "knn_search": ("fairvision.stats.knn", "knn_search"),
+    "parity_test": ("fairvision.audits.retrieval", "parity_from_results"),
+    "ParityResult": ("fairvision.stats.parity", "ParityResult"),
+    "power": ("fairvision.stats.power", "power"),
+    "power_all": ("fairvision.stats.power", "power_all"),
+    "power_grid": ("fairvision.stats.power", "power_grid"),
+    "detectable_nrr": ("fairvision.stats.power", "detectable_nrr"),
+    "detectable_curve": ("fairvision.stats.power", "detectable_curve"),
+    "catalog_adequacy": ("fairvision.stats.power", "catalog_adequacy"),
+    "PAPER_P_Z": ("fairvision.stats.power", "PAPER_P_Z"),
+}
 
-__all__ = [
-    "parity_test", "ParityResult", "power", "power_all", "power_grid", "detectable_nrr", "detectable_curve",
-    "catalog_adequacy", "knn_search", "read_results", "read_items", "read_embeddings", "PAPER_P_Z",
-]
+__all__ = sorted(_MOVED)
 
 
-def parity_test(results, items, attribute: str, k: int = 6, *, catalog=None, **options) -> ParityResult:
-    """Distribution parity test of top-K results (METHODS.md section 5).
+def __getattr__(name: str):
+    try:
+        module, new = _MOVED[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    warnings.warn(f"fairvision.retrieval.{name} is deprecated; use {module}.{new}", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(module), new)
 
-    Parameters
-    ----------
-    results : DataFrame, dict or path
-        ``(query_id, rank, item_id)`` rows, a mapping query -> ranked list, or
-        a results file / TREC run file (see :func:`read_results`).
-    items : DataFrame or path
-        Item table with an id column and the protected ``attribute``; queries
-        are looked up here too.
-    attribute : str
-        The protected attribute column.
-    k : int
-        Top-K cut-off (paper: 6).
-    catalog : DataFrame or path, optional
-        The catalog (default: the item table).
-    **options
-        ``alpha`` (0.01), ``correction`` ("holm"), ``yates`` (False),
-        ``exact`` ("auto"), ``mc_samples``, ``seed``, ``min_queries``,
-        ``categories``, ``confidence``: see
-        :func:`fairvision.stats.parity.parity_test`.
 
-    Returns
-    -------
-    ParityResult
-        ``omnibus`` (statistic, dof, p_value), ``contrasts`` (indexed by value:
-        chi2, p_value, p_adj, rr, rr_low, rr_high, nrr, fair_80, ...),
-        ``table`` (the contingency table with its catalog row), ``per_rank``.
-    """
-    from fairvision.stats.parity import parity_test as _parity_test
-
-    res = read_results(results)
-    it = read_items(items, attribute)
-    cat = None if catalog is None else read_items(catalog, attribute, name="catalog")
-    return _parity_test(res, it, attribute, k, catalog=cat, **options)
+def __dir__():
+    return sorted(set(globals()) | set(_MOVED))

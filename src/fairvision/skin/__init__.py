@@ -1,4 +1,4 @@
-"""Apparent skin colour: colour maths, estimators, categories (issue 3; METHODS.md sections 1-2).
+"""Apparent skin colour: colour maths, estimators, categories (issue 3; docs/METHODS.md §1 and §2).
 
 Public names are imported on first use (PEP 562), so ``import fairvision.skin``
 stays cheap. Skin masks live in :mod:`fairvision.skin.masks`.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from fairvision._lazy import lazy_exports
 
 _EXPORTS = {
-    # colour maths (METHODS.md 1)
+    # colour maths (docs/METHODS.md §1)
     "srgb_to_lab": "colour",
     "lab_to_srgb": "colour",
     "srgb_to_linear": "colour",
@@ -23,13 +23,13 @@ _EXPORTS = {
     "ita": "colour",
     "ciede2000": "colour",
     "gray_level": "colour",
-    # estimators and measurement (METHODS.md 2)
+    # estimators and measurement (docs/METHODS.md §2)
     "METHODS": "estimators",
     "measure": "measurement",
     "measure_pixels": "measurement",
     "load_mask": "measurement",
     "SkinMeasurement": "measurement",
-    # categories (METHODS.md 1)
+    # categories (docs/METHODS.md §1.4)
     "tone_hue_category": "categories",
     "ita_class": "categories",
     "st_class": "categories",

@@ -1,4 +1,4 @@
-"""Skin colour categories (METHODS.md section 1).
+"""Skin colour categories (docs/METHODS.md §1.4).
 
 - Thong et al. (after Ly et al.): tone light if L* >= 60 else dark; hue yellow
   if h* >= 55 deg else red (both thresholds configurable).
@@ -33,7 +33,7 @@ ITA_EDGES = (-np.inf, -30.0, 10.0, 28.0, 41.0, 55.0, np.inf)
 ITA_CLASSES = ("dark", "brown", "tan", "intermediate", "light", "very light")  # ascending ITA
 ST_CLASSES = ("ST1", "ST2", "ST3", "ST4", "ST5", "ST6")  # ST1 = darkest
 FITZPATRICK = ("I-III", "IV-VI")
-#: Monk Skin Tone scale reference colours (METHODS.md section 1).
+#: Monk Skin Tone scale reference colours (docs/METHODS.md §1.4).
 MONK_SRGB = ("#f6ede4", "#f3e7db", "#f7ead0", "#eadaba", "#d7bd96", "#a07e56", "#825c43", "#604134", "#3a312a", "#292420")
 MONK_LABELS = tuple(f"MST{i}" for i in range(1, 11))
 

@@ -1,6 +1,6 @@
 """Colour maths: sRGB <-> linear RGB <-> XYZ (D65) <-> CIELAB, hue, chroma, ITA, CIEDE2000.
 
-Implements METHODS.md section 1. Everything is vectorised over arrays of shape
+Implements docs/METHODS.md §1. Everything is vectorised over arrays of shape
 ``(..., 3)``; :func:`srgb_to_lab` returns float32 by default (uint8 input is
 linearised with a 256-entry lookup table computed in float64; the cube roots
 run in float64 so float32 results stay within 1e-4 of a float64 reference).
@@ -43,11 +43,14 @@ __all__ = [
     "ita",
     "ciede2000",
     "gray_level",
+    "CIE_EPSILON",
+    "CIE_KAPPA",
 ]
 
 D65_XY = (0.3127, 0.3290)
-_EPS = 216.0 / 24389.0
-_KAPPA = 24389.0 / 27.0
+#: CIE constants of the CIELAB companding function, exact values.
+CIE_EPSILON = 216.0 / 24389.0
+CIE_KAPPA = 24389.0 / 27.0
 
 
 def _xy_to_xyz(x: float, y: float) -> np.ndarray:
@@ -150,7 +153,7 @@ def _linear_to_lab(lin: np.ndarray, dtype) -> np.ndarray:
 
 def _f(t: np.ndarray) -> np.ndarray:
     dt = t.dtype.type
-    return np.where(t > dt(_EPS), np.cbrt(t), (dt(_KAPPA) * t + dt(16.0)) / dt(116.0))
+    return np.where(t > dt(CIE_EPSILON), np.cbrt(t), (dt(CIE_KAPPA) * t + dt(16.0)) / dt(116.0))
 
 
 def xyz_to_lab(xyz, white=D65_WHITE) -> np.ndarray:
@@ -177,9 +180,9 @@ def lab_to_xyz(lab, white=D65_WHITE) -> np.ndarray:
 
     def finv(f):
         f3 = f ** 3
-        return np.where(f3 > _EPS, f3, (116.0 * f - 16.0) / _KAPPA)
+        return np.where(f3 > CIE_EPSILON, f3, (116.0 * f - 16.0) / CIE_KAPPA)
 
-    yr = np.where(L > _KAPPA * _EPS, fy ** 3, L / _KAPPA)
+    yr = np.where(L > CIE_KAPPA * CIE_EPSILON, fy ** 3, L / CIE_KAPPA)
     xyz = np.stack([finv(fx), yr, finv(fz)], axis=-1).astype(dt, copy=False)
     return xyz * np.asarray(white, dtype=dt)
 
@@ -194,7 +197,7 @@ def xyz_to_srgb(xyz, *, clip: bool = True) -> np.ndarray:
 
 
 def srgb_to_lab(rgb, *, dtype=np.float32) -> np.ndarray:
-    """sRGB -> CIELAB (D65 white), METHODS.md section 1.
+    """sRGB -> CIELAB (D65 white), docs/METHODS.md §1.1.
 
     Parameters
     ----------
@@ -243,13 +246,13 @@ def _lab_parts(lab):
 
 
 def chroma(lab) -> np.ndarray:
-    """Chroma C*ab = sqrt(a*^2 + b*^2) (METHODS.md section 1)."""
+    """Chroma C*ab = sqrt(a*^2 + b*^2) (docs/METHODS.md §1.2)."""
     _, a, b = _lab_parts(lab)
     return np.hypot(a, b)
 
 
 def hue_angle(lab, *, convention: str = "atan2") -> np.ndarray:
-    """Hue angle h*ab in degrees (METHODS.md section 1).
+    """Hue angle h*ab in degrees (docs/METHODS.md §1.2).
 
     Parameters
     ----------
@@ -276,7 +279,7 @@ def hue_angle(lab, *, convention: str = "atan2") -> np.ndarray:
 
 
 def ita(lab) -> np.ndarray:
-    """Individual typology angle, ITA = arctan((L* - 50) / b*) in degrees (METHODS.md section 1).
+    """Individual typology angle, ITA = arctan((L* - 50) / b*) in degrees (docs/METHODS.md §1.2).
 
     The b* -> 0 limit is taken exactly: ITA = +90 (L* > 50), -90 (L* < 50)
     or 0 (L* = 50), computed as ``atan2((L* - 50) * sign(b*), |b*|)`` with
@@ -351,8 +354,8 @@ def gray_level(rgb) -> np.ndarray:
     """Grey level 0-255 of encoded sRGB: 0.299 R + 0.587 G + 0.114 B (ITU-R BT.601).
 
     This is the luma of OpenCV's ``COLOR_RGB2GRAY`` and PIL's ``"L"`` mode,
-    used for BiasPainter's mean grey level of face-skin pixels (METHODS.md
-    section 6), unrounded.
+    used for BiasPainter's mean grey level of face-skin pixels, unrounded
+    (docs/METHODS.md §2.3).
     """
     arr = np.asarray(rgb)
     _check_last3(arr, "RGB")

@@ -8,7 +8,7 @@ smoothing, spread, stability and quality flags.
 Methods
 -------
 ``thong``
-    Thong et al. (ICCV 2023; METHODS.md section 2), made deterministic:
+    Thong et al. (ICCV 2023; docs/METHODS.md §2.2), made deterministic:
     K-Means (k = 5) on per-pixel (L*, h*) with quantile seeding and a
     vectorised Lloyd's algorithm (coarse-to-fine: converged on fixed strided
     subsamples of 4000, 16000 ... pixels, stopping with scikit-learn's
@@ -36,7 +36,7 @@ Methods
     included) before the mask is applied. Kept for comparison with published
     numbers; its answer depends on the seed. Smoothing runs in float64 and
     CIELAB follows scikit-image's ``rgb2lab`` constants (:func:`published_lab`),
-    so the published numbers are reproduced exactly (METHODS.md section 2:
+    so the published numbers are reproduced exactly (docs/METHODS.md §2.2:
     60.3 / 28.0 with ``n_init=1`` and 58.1 / 62.3 with ``n_init=10`` on the
     reference sample).
 ``mean``
@@ -45,7 +45,7 @@ Methods
     Khaziev et al.: the median of the per-pixel ITA. L*, a*, b* are reported
     as per-channel medians.
 ``gray_mean``
-    BiasPainter (METHODS.md section 6): mean grey level (BT.601 luma, 0-255)
+    BiasPainter (docs/METHODS.md §2.3): mean grey level (BT.601 luma, 0-255)
     of the face-skin pixels. L*, a*, b* are the mean Lab.
 """
 
@@ -65,6 +65,9 @@ __all__ = [
     "quantile_seeds",
     "thong",
     "thong_features",
+    "thong_from_features",
+    "thong_bootstrap",
+    "ThongFit",
     "thong_published",
     "mean",
     "median_ita",
@@ -359,8 +362,8 @@ def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 MAX_CLUSTER_PIXELS = 20000
 
 
-class _ThongFit:
-    """What a :func:`thong` fit leaves behind for the bootstrap: centred data, labels, centres."""
+class ThongFit:
+    """What a :func:`thong` fit leaves behind for :func:`thong_bootstrap`: centred data, labels, centres."""
 
     __slots__ = ("Xc", "labels", "C", "mu", "k", "top", "counts", "Lh_sorted")
 
@@ -393,11 +396,27 @@ def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_ce
         labels, Cc, n_iter = _lloyd(Xc, Xc, Cc)
     else:  # assign every pixel once to the centres converged on the last subsample
         labels = _nearest(Xc, Cc)
-    return _ThongFit(Xc, labels, Cc, mu, k, top), n_iter
+    return ThongFit(Xc, labels, Cc, mu, k, top), n_iter
 
 
-def _thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
+def thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
                          init_centers=None):
+    """The :func:`thong` estimate from precomputed :func:`thong_features`, and the fit behind it.
+
+    Parameters
+    ----------
+    L, h, C : (N,) float32 arrays
+        Per-pixel L*, signed hue angle h* (degrees) and chroma C*.
+    k, top, coarse, details, init_centers
+        As for :func:`thong`.
+
+    Returns
+    -------
+    result : dict
+        As :func:`thong` returns it.
+    fit : ThongFit
+        Centred data, labels and centres, for :func:`thong_bootstrap`.
+    """
     fit, n_iter = _thong_fit(L, h, C, k=k, top=top, coarse=coarse, init_centers=init_centers)
     counts, xs = _group_sort(fit.labels, np.stack([L, h, C]), k)
     fit.counts, fit.Lh_sorted = counts, xs[:2].copy()
@@ -421,7 +440,7 @@ def _thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 400
 
 def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
           init_centers: np.ndarray | None = None, features: tuple | None = None) -> dict:
-    """Deterministic Thong et al. estimator (METHODS.md section 2) on CIELAB pixels.
+    """Deterministic Thong et al. estimator (docs/METHODS.md §2.2) on CIELAB pixels.
 
     Parameters
     ----------
@@ -450,10 +469,10 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 400
     weighted spread of the kept modes, as the published code reports).
     """
     L, h, C = thong_features(lab) if features is None else (np.ascontiguousarray(f, dtype=np.float32) for f in features)
-    return _thong_from_features(L, h, C, k=k, top=top, coarse=coarse, details=details, init_centers=init_centers)[0]
+    return thong_from_features(L, h, C, k=k, top=top, coarse=coarse, details=details, init_centers=init_centers)[0]
 
 
-def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generator) -> np.ndarray:
+def thong_bootstrap(fit: ThongFit, n_boot: int, m: int, rng: np.random.Generator) -> np.ndarray:
     """(L*, signed h*) estimates of ``n_boot`` bootstrap replicates of ``m`` pixels, all at once.
 
     Each replicate resamples ``m`` pixels with replacement and keeps the
@@ -468,6 +487,21 @@ def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generat
     range and with Sturges' bin count for its own size), the top-``top``
     selection by L* mode and the count-weighted mean are then recomputed for
     all replicates at once.
+
+    Parameters
+    ----------
+    fit : ThongFit
+        From :func:`thong_from_features`.
+    n_boot : int
+        Number of replicates.
+    m : int
+        Pixels per replicate.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_boot, 2)
+        Replicate estimates of L* and signed h*.
     """
     k, top = fit.k, fit.top
     R = int(n_boot)
@@ -494,7 +528,7 @@ def _thong_bootstrap(fit: _ThongFit, n_boot: int, m: int, rng: np.random.Generat
     return (mk * w[..., None]).sum(axis=1) / w.sum(axis=1)[:, None]
 
 
-def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, random_state: int = 2021, n_init: int = 1) -> dict:
+def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, kmeans_seed: int = 2021, n_init: int = 1) -> dict:
     """The published Thong et al. choices (see module docstring), for comparison.
 
     The returned ``hue`` is the published arctan(b*/a*) angle (it can be
@@ -509,11 +543,11 @@ def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, random_state: 
     L = lab[:, 0]
     h = hue_angle(lab, convention="arctan")
     X = np.column_stack([L, h])
-    labels = KMeans(k, n_init=n_init, random_state=random_state).fit(X).labels_
+    labels = KMeans(k, n_init=n_init, random_state=kmeans_seed).fit(X).labels_
     counts, modes = _cluster_modes(labels, [L, h, lab[:, 1], lab[:, 2]], k, "left")
     est, spread, kept = _combine_top(counts, modes, top)
     out = _result(est[0], est[2], est[3], None, L_mode_spread=float(spread[0]), hue_mode_spread=float(spread[1]),
-                  kept_clusters=kept.tolist(), random_state=random_state, n_init=n_init)
+                  kept_clusters=kept.tolist(), kmeans_seed=kmeans_seed, n_init=n_init)
     out["hue"] = float(est[1])
     return out
 
@@ -545,7 +579,7 @@ def mean(lab: np.ndarray) -> dict:
 
 
 def median_ita(lab: np.ndarray) -> dict:
-    """Khaziev et al.: median of the per-pixel ITA (METHODS.md section 1).
+    """Khaziev et al.: median of the per-pixel ITA (docs/METHODS.md §2.3).
 
     ``ita`` is the median ITA; ``L``, ``a``, ``b`` are per-channel medians and
     ``hue`` / ``chroma`` belong to that median colour.

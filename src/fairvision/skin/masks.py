@@ -1,6 +1,6 @@
 """Skin masks: which pixels of an image are the face's skin.
 
-Four sources (issue 3, item 2; METHODS.md sections 2 and 6):
+Four sources (issue 3, item 2; docs/METHODS.md §2.1):
 
 ``file``
     A supplied mask image: binary (0/1 or 0/255), or a label map in which one

@@ -1,5 +1,5 @@
 """Measure the apparent skin colour of one image: mask, smoothing, estimator,
-per-image spread, stability and quality flags (issue 3; METHODS.md sections 1-2).
+per-image spread, stability and quality flags (issue 3; docs/METHODS.md §2).
 
 A missing face, an empty mask or too few skin pixels is a recorded outcome
 (``ok=False`` with a ``reason``), not an exception. Exceptions
@@ -17,8 +17,15 @@ from typing import Any
 import numpy as np
 
 from fairvision.errors import FairvisionError, InputFileError
-from fairvision.skin.colour import gray_level, hue_angle, srgb_to_lab
-from fairvision.skin.estimators import METHODS, estimate, published_lab
+from fairvision.skin.colour import CIE_EPSILON, CIE_KAPPA, D65_WHITE, RGB_TO_XYZ, gray_level, hue_angle, srgb_to_lab
+from fairvision.skin.estimators import (
+    METHODS,
+    estimate,
+    published_lab,
+    thong_bootstrap,
+    thong_features,
+    thong_from_features,
+)
 
 __all__ = ["SkinMeasurement", "measure", "measure_pixels", "smooth_skin_pixels", "load_mask", "DEFAULTS"]
 
@@ -186,12 +193,10 @@ def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None, fit=No
         return out
     rng = np.random.default_rng(seed)
     if method == "thong":
-        from fairvision.skin.estimators import _thong_bootstrap, _thong_from_features, thong_features
-
         if fit is None:
             kk = {key: kw[key] for key in ("k", "top", "coarse") if key in kw}
-            _, fit = _thong_from_features(*thong_features(lab), init_centers=init, details=False, **kk)
-        reps = _thong_bootstrap(fit, int(n_boot), m, rng)
+            _, fit = thong_from_features(*thong_features(lab), init_centers=init, details=False, **kk)
+        reps = thong_bootstrap(fit, int(n_boot), m, rng)
         sd = reps.std(axis=0, ddof=1)
         out.update({"L_sd": float(sd[0]), "hue_sd": float(sd[1])})
         return out
@@ -222,10 +227,8 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
     gray = gray_level(raw_rgb01)
     kw = {k: v for k, v in opts.items() if k not in DEFAULTS}
     if method == "thong":  # features computed once for the estimate, the bootstrap and the spread
-        from fairvision.skin.estimators import _thong_from_features, thong_features
-
         L, h, C = thong_features(lab)
-        est, fit = _thong_from_features(L, h, C, **kw)
+        est, fit = thong_from_features(L, h, C, **kw)
         est["gray"] = float(np.mean(gray, dtype=np.float64))
         stab = _stability(method, lab, None, opts["n_boot"], opts["boot_size"], opts["seed"], kw, fit=fit)
         spread = _pixel_spread(lab, L, h)
@@ -263,7 +266,7 @@ def _options(method: str, kw: dict) -> dict:
     if method not in METHODS:
         raise FairvisionError(f"unknown skin colour method {method!r}; choose one of {', '.join(METHODS)}")
     opts = dict(DEFAULTS)
-    allowed = {"thong": {"k", "top", "coarse"}, "thong-published": {"k", "top", "random_state", "n_init"}}.get(method, set())
+    allowed = {"thong": {"k", "top", "coarse"}, "thong-published": {"k", "top", "kmeans_seed", "n_init"}}.get(method, set())
     for key, val in kw.items():
         if key not in DEFAULTS and key not in allowed:
             raise FairvisionError(f"unknown option {key!r} for skin colour method {method!r}")
@@ -308,7 +311,7 @@ def measure_pixels(rgb_pixels, method: str = "thong", **kw) -> SkinMeasurement:
 
 
 def smooth_skin_pixels(image01: np.ndarray, mask: np.ndarray, sigma: float = 1.0, *, within_mask: bool = True) -> np.ndarray:
-    """Gaussian-smoothed RGB values (float32) of the masked pixels (METHODS.md section 2).
+    """Gaussian-smoothed RGB values (float32) of the masked pixels (docs/METHODS.md §2.2).
 
     Parameters
     ----------
@@ -404,12 +407,10 @@ def _lab_planar(P: np.ndarray) -> np.ndarray:
     """:func:`fairvision.skin.colour.srgb_to_lab` of planar (3, N) sRGB in [0, 1], in float32 and in
     place where possible (that function works in float64 internally; the two differ by ~1e-4 in
     a*, b*). Returns planar (3, N) L*, a*, b*. Used by ``thong``."""
-    from fairvision.skin import colour as _c
-
     global _LAB_M
     if _LAB_M is None:
-        _LAB_M = ((_c.RGB_TO_XYZ / _c.D65_WHITE[:, None]).astype(np.float32), np.float32(_c._EPS),
-                  np.float32(_c._KAPPA))
+        _LAB_M = ((RGB_TO_XYZ / D65_WHITE[:, None]).astype(np.float32), np.float32(CIE_EPSILON),
+                  np.float32(CIE_KAPPA))
     M, eps, kappa = _LAB_M
     if P.dtype != np.float32 or not P.flags.c_contiguous:
         P = np.array(P, dtype=np.float32, order="C")
@@ -478,7 +479,7 @@ def _as_mask(mask, shape, skin_label, where: str) -> np.ndarray:
 
 def measure(image, mask=None, method: str = "thong", *, mask_method: str = "mediapipe", skin_label: int | None = None,
             smooth: bool | None = None, mask_trust: str | None = None, **kw) -> SkinMeasurement:
-    """Measure the apparent skin colour of one image (issue 3; METHODS.md sections 1-2).
+    """Measure the apparent skin colour of one image (issue 3; docs/METHODS.md §2).
 
     Parameters
     ----------
@@ -494,7 +495,7 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
         ``gray_mean`` (see :mod:`fairvision.skin.estimators`).
     smooth : bool, optional
         Gaussian smoothing (sigma 1 px) before extracting the pixels; default
-        on for the two Thong methods (METHODS.md section 2), off otherwise.
+        on for the two Thong methods (docs/METHODS.md §2.2), off otherwise.
         ``thong`` smooths within the mask only (see
         :func:`smooth_skin_pixels`); ``thong-published`` smooths the image.
     mask_trust : {"high", "low"}, optional
@@ -502,7 +503,7 @@ def measure(image, mask=None, method: str = "thong", *, mask_method: str = "medi
     **kw
         ``min_pixels``, ``n_boot``, ``boot_size``, ``seed``, the stability
         thresholds and ``clip_fraction`` (see :data:`DEFAULTS`), and estimator
-        options (``k``, ``top`` for thong; ``random_state``, ``n_init`` for
+        options (``k``, ``top`` for thong; ``kmeans_seed``, ``n_init`` for
         thong-published).
 
     Returns

@@ -11,7 +11,7 @@ from fairvision._lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS = {
-    # representation (METHODS.md 7; issue: Foundation)
+    # representation (docs/METHODS.md §5.1)
     "nsd": "representation",
     "shannon_evenness": "representation",
     "effective_number": "representation",
@@ -21,12 +21,22 @@ _EXPORTS = {
     "npmi": "association",
     "nmi": "association",
     "chi2_independence": "association",
-    "cramers_v": "association",
+    # chi-square tests (docs/METHODS.md §4.1)
+    "chi2_test": "chisquare",
+    "cramers_v": "chisquare",
+    # result vocabulary
+    "TestResult": "results",
+    "Estimate": "results",
     "contingency_table": "association",
     # resampling and CIs
+    "cluster_bootstrap": "resample",
     "cluster_bootstrap_weights": "resample",
-    "bootstrap_ci": "resample",
+    "group_mean_ci": "resample",
+    "group_mean_replicates": "resample",
+    "bootstrap_counts": "resample",
     "percentile_ci": "resample",
+    "bias_corrected_ci": "resample",
+    "BootstrapResult": "resample",
     "wilson_interval": "proportions",
     "vendi_score": "diversity",
     # multiple comparisons
@@ -42,10 +52,13 @@ _EXPORTS = {
     "overall_disparity_ci": "multiclass",
     "top_pair": "pairwise",
     "u_statistics": "pairwise",
+    "ODResult": "multiclass",
+    "group_summary": "groupwise",
+    "cluster_means": "groupwise",
     # retrieval parity and power (issue: Retrieval audit)
     "parity_test": "parity",
     "contrast_tests": "parity",
-    "chi2_test": "parity",
+    "knn_search": "knn",
     "risk_ratio": "parity",
     "normalized_rr": "parity",
     "power_grid": "power",
@@ -55,8 +68,6 @@ _EXPORTS = {
     # diagnosis (issue: Bias diagnosis)
     "fpgrowth": "itemsets",
     "association_rules": "itemsets",
-    "frequent_itemsets_bruteforce": "itemsets",
-    "association_rules_bruteforce": "itemsets",
     "van_elteren": "stratified",
     "cochran_mantel_haenszel": "stratified",
     "cmh_from_samples": "stratified",

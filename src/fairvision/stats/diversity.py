@@ -1,6 +1,6 @@
 """Diversity of a set of images from their embeddings: the Vendi score.
 
-FHIBE (METHODS.md section 4) measures visual diversity with the Vendi score
+FHIBE (docs/METHODS.md §5.3) measures visual diversity with the Vendi score
 (Friedman and Dieng 2023): ``VS = exp(-sum_i lambda_i log lambda_i)`` where
 ``lambda`` are the eigenvalues of ``K / n`` and ``K_ij`` is the cosine
 similarity of embeddings ``i`` and ``j``. VS is the effective number of
@@ -27,6 +27,11 @@ def vendi_score(embeddings, *, normalize: bool = True) -> float:
     normalize : bool
         Scale rows to unit length first (cosine kernel). Rows of zeros are an
         error.
+
+    Returns
+    -------
+    float
+        Between 1 (all images the same) and ``n`` (all orthogonal).
     """
     x = np.asarray(embeddings, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] == 0:

@@ -1,11 +1,11 @@
 """FP-growth frequent itemsets and association rules.
 
-FHIBE's *error pattern recognition* (METHODS.md section 4; FHIBE Methods,
+FHIBE's *error pattern recognition* (docs/METHODS.md §7.2; FHIBE Methods,
 "Error pattern recognition") mines association rules between attribute values
 and low model scores with the FP-growth algorithm (Han, Pei and Yin, SIGMOD
-2000). This module implements FP-growth from scratch (no mlxtend), the usual
-rule measures and a brute-force enumerator that the tests and the benchmark
-use as the reference.
+2000). This module implements FP-growth from scratch (no mlxtend) and the
+usual rule measures; the tests and the benchmark check it against a
+brute-force enumerator kept in ``tests/oracles_diagnosis.py``.
 
 Definitions, for itemsets ``A`` (antecedent) and ``C`` (consequent) over ``n``
 transactions:
@@ -207,7 +207,7 @@ def association_rules(
     Parameters
     ----------
     itemsets : DataFrame
-        Output of :func:`fpgrowth` (or :func:`frequent_itemsets_bruteforce`).
+        Output of :func:`fpgrowth`.
         Every subset of a listed itemset must be listed too, which holds for
         all frequent itemsets (downward closure) when ``max_len`` was not cut
         below the rule length.
@@ -259,82 +259,6 @@ def association_rules(
             cnt = counts[s] if counts else (round(supp[s] * n_transactions) if n_transactions else np.nan)
             acnt = counts[a] if counts else (round(supp[a] * n_transactions) if n_transactions else np.nan)
             rows.append((a, c, supp[s], conf, conf / supp[c], supp[a], supp[c], cnt, acnt))
-    df = pd.DataFrame(rows, columns=_RULE_COLUMNS)
-    if len(df):
-        df["_key"] = [" & ".join(sorted(map(str, a))) + " -> " + " & ".join(sorted(map(str, c)))
-                      for a, c in zip(df["antecedent"], df["consequent"])]
-        df = df.sort_values(["lift", "confidence", "support", "_key"], ascending=[False, False, False, True], kind="mergesort")
-        df = df.drop(columns="_key").reset_index(drop=True)
-    return df
-
-
-def frequent_itemsets_bruteforce(
-    data,
-    min_support: float = 0.1,
-    *,
-    max_len: int | None = None,
-    item_names: Sequence[Hashable] | None = None,
-) -> pd.DataFrame:
-    """Reference enumerator: count every itemset up to ``max_len`` directly.
-
-    Exponential in the number of items; meant for tests and benchmarks on
-    small inputs. Same output layout as :func:`fpgrowth`.
-    """
-    x, names = _as_matrix(data, item_names)
-    n, m = x.shape
-    if n == 0:
-        raise FairvisionError("fpgrowth: no transactions")
-    min_count = _min_count(min_support, n)
-    top = m if max_len is None else min(m, max_len)
-    found = []
-    for k in range(1, top + 1):
-        for combo in itertools.combinations(range(m), k):
-            cnt = int(np.count_nonzero(x[:, list(combo)].all(axis=1)))
-            if cnt >= min_count:
-                found.append((combo, cnt))
-    return _itemset_frame(found, names, n)
-
-
-def association_rules_bruteforce(
-    data,
-    min_support: float = 0.1,
-    *,
-    min_confidence: float = 0.0,
-    max_len: int | None = None,
-    item_names: Sequence[Hashable] | None = None,
-    consequent: Hashable | Iterable[Hashable] | None = None,
-) -> pd.DataFrame:
-    """Reference rules: every split of every frequent itemset, measures counted from the raw matrix.
-
-    Independent of :func:`association_rules`: supports of antecedents and
-    consequents are recounted from the transactions, not looked up.
-    """
-    x, names = _as_matrix(data, item_names)
-    n = x.shape[0]
-    pos = {nm: j for j, nm in enumerate(names)}
-    sets = frequent_itemsets_bruteforce(x, min_support, max_len=max_len, item_names=names)
-    if consequent is not None and (isinstance(consequent, (str, bytes)) or not isinstance(consequent, Iterable)):
-        consequent = [consequent]
-    target = frozenset(consequent) if consequent is not None else None
-
-    def count(items) -> int:
-        cols = [pos[i] for i in items]
-        return int(np.count_nonzero(x[:, cols].all(axis=1)))
-
-    rows = []
-    for s in sets["itemsets"]:
-        items = sorted(s, key=str)
-        for k in range(1, len(items)):
-            for cons in itertools.combinations(items, k):
-                c = frozenset(cons)
-                if target is not None and c != target:
-                    continue
-                a = s - c
-                ns, na, nc = count(s), count(a), count(c)
-                conf = ns / na
-                if conf + 1e-12 < min_confidence:
-                    continue
-                rows.append((a, c, ns / n, conf, conf / (nc / n), na / n, nc / n, ns, na))
     df = pd.DataFrame(rows, columns=_RULE_COLUMNS)
     if len(df):
         df["_key"] = [" & ".join(sorted(map(str, a))) + " -> " + " & ".join(sorted(map(str, c)))

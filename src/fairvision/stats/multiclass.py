@@ -1,6 +1,6 @@
 """Multi-class bias: recall per class and group, intraclass disparity ID and overall disparity OD.
 
-Bias-transfer paper (bias-transfer-fer-metrics.txt; METHODS.md section 7):
+Bias-transfer paper (docs/METHODS.md §6.4):
 ``r(c, g)`` is the recall of class ``c`` within demographic group ``g``;
 ``ID(c) = 1/(G-1) * sum_g (1 - r(c, g) / max_g' r(c, g'))`` (0 when the max is
 0) and ``OD = mean_c ID(c)``.
@@ -9,14 +9,14 @@ Bias-transfer paper (bias-transfer-fer-metrics.txt; METHODS.md section 7):
 from __future__ import annotations
 
 import warnings
-
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 
 from fairvision.errors import FairvisionError
-from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
+from fairvision.stats.resample import BootstrapResult, cluster_bootstrap_weights, percentile_ci
 
 
 def _codes(values, name: str):
@@ -36,7 +36,7 @@ def _recall_from_counts(hits: np.ndarray, totals: np.ndarray) -> np.ndarray:
 
 
 def recall_matrix(y_true, y_pred, groups, *, classes=None) -> pd.DataFrame:
-    """Recall of every class within every group, classes x groups (METHODS.md section 7).
+    """Recall of every class within every group, classes x groups (docs/METHODS.md §6.4).
 
     Parameters
     ----------
@@ -91,7 +91,18 @@ def intraclass_disparity(recall: pd.DataFrame) -> pd.Series:
     ``ID(c) = 1/(G-1) sum_g (1 - r(c,g)/max_g' r(c,g'))``; 0 when the max is 0.
     Groups with no sample of class ``c`` (NaN) are left out of that class's
     sum and of its ``G``; a class seen in fewer than two groups has ID NaN.
-    METHODS.md section 7.
+    See docs/METHODS.md §6.4.
+
+    Parameters
+    ----------
+    recall : pandas.DataFrame
+        Classes x groups recall table (e.g. from :func:`recall_matrix`), values
+        in [0, 1] or NaN.
+
+    Returns
+    -------
+    pandas.Series
+        ``ID`` indexed by class.
     """
     if not isinstance(recall, pd.DataFrame):
         recall = pd.DataFrame(recall)
@@ -104,7 +115,7 @@ def intraclass_disparity(recall: pd.DataFrame) -> pd.Series:
 
 
 def overall_disparity(recall: pd.DataFrame) -> tuple[float, pd.Series]:
-    """Overall disparity ``OD = mean_c ID(c)`` and the ID of every class (METHODS.md section 7).
+    """Overall disparity ``OD = mean_c ID(c)`` and the ID of every class (docs/METHODS.md §6.4).
 
     Parameters
     ----------
@@ -117,7 +128,7 @@ def overall_disparity(recall: pd.DataFrame) -> tuple[float, pd.Series]:
 
     Examples
     --------
-    The worked check of METHODS.md section 7:
+    The worked check of docs/METHODS.md §6.4:
 
     >>> import pandas as pd
     >>> od, ids = overall_disparity(pd.DataFrame([[.9, .8, .6], [.5, .5, .5], [.7, .35, .7]]))
@@ -130,34 +141,59 @@ def overall_disparity(recall: pd.DataFrame) -> tuple[float, pd.Series]:
 
 
 @dataclass
-class ODResult:
-    """Overall disparity with a cluster-bootstrap percentile CI."""
+class ODResult(BootstrapResult):
+    """Overall disparity OD with a cluster-bootstrap percentile CI (docs/METHODS.md §6.4).
 
-    od: float
-    ci_low: float
-    ci_high: float
-    se: float
-    id_per_class: pd.Series
-    recall: pd.DataFrame
-    n_boot: int
-    level: float
+    A :class:`~fairvision.stats.resample.BootstrapResult`: ``estimate`` (OD),
+    ``ci_low``, ``ci_high``, ``level``, ``se``, ``n_boot``; plus
+    ``id_per_class`` (ID of every class) and ``recall`` (classes x groups).
+    """
 
-    @property
-    def statistic(self) -> float:
-        return self.od
+    id_per_class: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
+    recall: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def to_dict(self) -> dict:
+        """The scalar fields as plain Python values (``id_per_class`` and ``recall`` left out)."""
+        out = {}
+        for f in fields(self):
+            if f.name not in ("id_per_class", "recall"):
+                v = getattr(self, f.name)
+                out[f.name] = v.item() if isinstance(v, np.generic) else v
+        return out
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame({"od": [self.od], "ci_low": [self.ci_low], "ci_high": [self.ci_high], "se": [self.se],
-                             "n_boot": [self.n_boot], "level": [self.level]})
+        """One-row DataFrame: estimate, ci_low, ci_high, level, se, n_boot, method."""
+        return pd.DataFrame([self.to_dict()])
 
 
 def overall_disparity_ci(y_true, y_pred, groups, *, subjects=None, n_boot: int = 1000, level: float = 0.95,
-                         seed: int | None = 0) -> ODResult:
-    """OD with a percentile CI from a cluster bootstrap over subjects.
+                         seed: np.random.Generator | int | None = 0) -> ODResult:
+    """OD with a percentile CI from a cluster bootstrap over subjects (docs/METHODS.md §6.4).
 
     Subjects (``subjects``; default: every sample its own subject) are drawn
     with replacement and carry all their samples; the recall matrix and OD are
     recomputed for every replicate from weighted counts (one matrix product).
+
+    Parameters
+    ----------
+    y_true, y_pred : array_like
+        True and predicted class of every sample.
+    groups : array_like
+        Demographic group of every sample.
+    subjects : array_like, optional
+        Subject id of every sample (default: every sample its own subject).
+    n_boot : int
+        Bootstrap replicates.
+    level : float
+        Two-sided level of the percentile interval.
+    seed : int, numpy.random.Generator or None
+        Randomness of the draws.
+
+    Returns
+    -------
+    ODResult
+        ``estimate`` is OD on all samples; NaN bounds when OD is undefined in
+        every replicate.
     """
     recall = recall_matrix(y_true, y_pred, groups)
     od, ids = overall_disparity(recall)
@@ -169,8 +205,6 @@ def overall_disparity_ci(y_true, y_pred, groups, *, subjects=None, n_boot: int =
     cell = cls_codes * G + g_codes
     subj = np.arange(len(y_true)) if subjects is None else _codes(subjects, "subjects")[0]
     S = int(subj.max()) + 1
-    from scipy import sparse
-
     tot = sparse.csr_matrix((np.ones(len(cell)), (subj, cell)), shape=(S, C * G))
     hit = sparse.csr_matrix((correct, (subj, cell)), shape=(S, C * G))
     w = cluster_bootstrap_weights(S, n_boot, seed)
@@ -181,4 +215,4 @@ def overall_disparity_ci(y_true, y_pred, groups, *, subjects=None, n_boot: int =
         reps = np.nanmean(_id_array(_recall_from_counts(hits, totals)), axis=1) if C else np.full(n_boot, np.nan)
         lo, hi = percentile_ci(reps, level)
         sd = float(np.nanstd(reps, ddof=1))
-    return ODResult(od, float(lo), float(hi), sd, ids, recall, n_boot, level)
+    return ODResult(od, float(lo), float(hi), level, se=sd, n_boot=n_boot, id_per_class=ids, recall=recall)

@@ -1,8 +1,8 @@
 """All-pairs Mann-Whitney U tests and the FHIBE min-max disparity D.
 
-Implements the FHIBE benchmarking analysis (METHODS.md section 4): for every
+Implements the FHIBE benchmarking analysis (docs/METHODS.md §6.3): for every
 pair of groups a two-sided Mann-Whitney U test, a multiple-comparison
-correction (Bonferroni by default, as the paper), the disparity
+correction (Holm by default; ``correction="bonferroni"`` is the paper's), the disparity
 ``D = 1 - MED(worst) / MED(best)`` and the best and worst group of each pair.
 
 P-values equal :func:`scipy.stats.mannwhitneyu` with ``alternative="two-sided"``
@@ -29,10 +29,11 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-from scipy import special
+from scipy import sparse, special
 
 from fairvision.errors import FairvisionError
-from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.groupwise import group_medians
 
 #: scipy's ``method="auto"`` uses the exact distribution when min(n1, n2) <= this and there are no ties.
 EXACT_MAX_N = 8
@@ -40,7 +41,7 @@ _CHUNK_ELEMENTS = 4_000_000
 
 
 def disparity(med_worst, med_best, *, higher_is_better: bool = True):
-    """FHIBE min-max disparity ``D = 1 - MED(worst) / MED(best)`` (METHODS.md section 4).
+    """FHIBE min-max disparity ``D = 1 - MED(worst) / MED(best)`` (docs/METHODS.md §6.3).
 
     Parameters
     ----------
@@ -81,11 +82,23 @@ def disparity(med_worst, med_best, *, higher_is_better: bool = True):
 
 
 @lru_cache(maxsize=256)
-def _u_counts(m: int, n: int) -> np.ndarray:
-    """Number of arrangements giving U = 0 .. m*n for sample sizes ``m``, ``n`` (exact integers).
+def exact_u_counts(m: int, n: int) -> np.ndarray:
+    """Null distribution of the Mann-Whitney U statistic without ties, as exact counts.
 
     The counts are the coefficients of the Gaussian binomial
     ``[m+n choose m]_q = prod_{k=1..m} (1 - q^(n+k)) / (1 - q^k)``.
+
+    Parameters
+    ----------
+    m, n : int
+        The two sample sizes (order does not matter).
+
+    Returns
+    -------
+    numpy.ndarray, shape (m*n + 1,)
+        Number of arrangements giving U = 0 .. m*n (int64, or Python
+        integers when the total ``comb(m+n, m)`` exceeds 2**61); they sum to
+        ``comb(m+n, m)``.
     """
     m, n = min(m, n), max(m, n)
     dtype = np.int64 if comb(m + n, m) < 2**61 else object
@@ -110,7 +123,7 @@ def _exact_two_sided(u_max: np.ndarray, n1: np.ndarray, n2: np.ndarray) -> np.nd
     shapes, inv = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
     inv = np.asarray(inv).ravel()
     for s, (a, b) in enumerate(shapes):
-        counts = _u_counts(int(a), int(b))
+        counts = exact_u_counts(int(a), int(b))
         total = comb(int(a) + int(b), int(a))
         cdf = np.cumsum(counts)  # exact integers
         sel = inv == s
@@ -137,6 +150,8 @@ def u_statistics(x: np.ndarray, codes: np.ndarray, n_groups: int):
         Scores, no NaN.
     codes : ndarray of int
         Group code ``0 .. n_groups-1`` of every score; every group non-empty.
+    n_groups : int
+        Number of groups.
 
     Returns
     -------
@@ -146,9 +161,8 @@ def u_statistics(x: np.ndarray, codes: np.ndarray, n_groups: int):
     tie_term : ndarray, shape (G, G)
         ``sum (t^3 - t)`` over the tie blocks of the pooled sample of a and b.
     counts : ndarray, shape (G,)
+        Number of scores per group.
     """
-    from scipy import sparse
-
     counts = np.bincount(codes, minlength=n_groups)
     if np.any(counts == 0):
         raise FairvisionError("u_statistics: every group needs at least one score")
@@ -182,17 +196,10 @@ def u_statistics(x: np.ndarray, codes: np.ndarray, n_groups: int):
     return u, tie, counts
 
 
-def _group_medians(x: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    order = np.lexsort((x, codes))
-    xs = x[order]
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return 0.5 * (xs[starts + (counts - 1) // 2] + xs[starts + counts // 2])
-
-
 def pairwise_mannwhitney(
     scores,
     groups=None,
-    correction: str = "bonferroni",
+    correction: str = DEFAULT_CORRECTION,
     *,
     higher_is_better: bool = True,
     min_size: int = 1,
@@ -202,7 +209,7 @@ def pairwise_mannwhitney(
 ) -> pd.DataFrame:
     """Two-sided Mann-Whitney U test for every pair of groups, with correction and disparity.
 
-    The FHIBE benchmarking analysis (METHODS.md section 4; FHIBE paper,
+    The FHIBE benchmarking analysis (docs/METHODS.md §6.3; FHIBE paper,
     Methods, "Benchmarking analysis").
 
     Parameters
@@ -213,9 +220,11 @@ def pairwise_mannwhitney(
         attributes) is simply listed once per group.
     groups : array_like, optional
         Group label of every score (any hashable; tuples for intersections).
-    correction : {"bonferroni", "holm", "bh", "none"}
-        Multiple-comparison correction over the pairs tested in this call.
-        Bonferroni's ``p_adjusted < alpha`` is the paper's ``p < 0.05 / m``.
+    correction : {"holm", "bonferroni", "bh", "none"}
+        Multiple-comparison correction over the pairs tested in this call
+        (default :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`,
+        Holm). Bonferroni's ``pvalue_adjusted < alpha`` is the paper's
+        ``p < 0.05 / m``.
     higher_is_better : bool
         ``False`` for errors and distances: the group with the larger median
         is then the worst.
@@ -226,7 +235,7 @@ def pairwise_mannwhitney(
     subjects : array_like, optional
         Subject id of every score, to count subjects for ``min_size``.
     alpha : float
-        Significance level applied to ``p_adjusted``.
+        Significance level applied to ``pvalue_adjusted``.
     method : {"auto", "asymptotic", "exact"}
         As scipy's ``mannwhitneyu``; ``"exact"`` ignores ties, like scipy.
 
@@ -235,8 +244,8 @@ def pairwise_mannwhitney(
     pandas.DataFrame
         One row per pair (``group_a`` before ``group_b`` in sorted order):
         ``group_a, group_b, n_a, n_b, median_a, median_b, u`` (U of a against
-        b, scipy's statistic), ``statistic`` (= ``u``), ``p_value``, ``pvalue``
-        (= ``p_value``), ``p_adjusted``, ``significant``, ``method``,
+        b, scipy's statistic), ``statistic`` (= ``u``), ``pvalue``,
+        ``pvalue_adjusted``, ``significant``, ``method``,
         ``rank_biserial`` (``2 u / (n_a n_b) - 1``: +1 when every a beats every
         b), ``best``, ``worst``, ``median_best``, ``median_worst``,
         ``disparity`` (D for every pair; the paper reports it for significant
@@ -288,8 +297,8 @@ def pairwise_mannwhitney(
     x, codes = x[sel], remap[codes[sel]]
     kept = [labels[i] for i in np.flatnonzero(keep)]
     G = len(kept)
-    cols = ["group_a", "group_b", "n_a", "n_b", "median_a", "median_b", "u", "statistic", "p_value", "pvalue",
-            "p_adjusted", "significant", "method", "rank_biserial", "best", "worst", "median_best",
+    cols = ["group_a", "group_b", "n_a", "n_b", "median_a", "median_b", "u", "statistic", "pvalue",
+            "pvalue_adjusted", "significant", "method", "rank_biserial", "best", "worst", "median_best",
             "median_worst", "disparity", "effect_size"]
     if G < 2:
         out = pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
@@ -297,7 +306,7 @@ def pairwise_mannwhitney(
         return out
 
     u_mat, tie_mat, counts = u_statistics(x, codes, G)
-    med = _group_medians(x, codes, counts)
+    med = group_medians(x, codes, G)
     ia, ib = np.triu_indices(G, 1)
     n1 = counts[ia].astype(np.int64)
     n2 = counts[ib].astype(np.int64)
@@ -341,7 +350,7 @@ def pairwise_mannwhitney(
     lab[:] = kept
     out = pd.DataFrame({
         "group_a": lab[ia], "group_b": lab[ib], "n_a": n1, "n_b": n2, "median_a": ma, "median_b": mb,
-        "u": u1, "statistic": u1, "p_value": p, "pvalue": p, "p_adjusted": p_adj,
+        "u": u1, "statistic": u1, "pvalue": p, "pvalue_adjusted": p_adj,
         "significant": p_adj < alpha, "method": np.where(exact, "exact", "asymptotic"),
         "rank_biserial": rb, "best": lab[best_i], "worst": lab[worst_i], "median_best": med_best,
         "median_worst": med_worst, "disparity": d, "effect_size": eff,
@@ -352,7 +361,20 @@ def pairwise_mannwhitney(
 
 
 def top_pair(result: pd.DataFrame, *, significant_only: bool = True) -> pd.Series | None:
-    """The pair with the largest disparity D (among significant pairs by default), or None."""
+    """The pair with the largest disparity D (among significant pairs by default).
+
+    Parameters
+    ----------
+    result : pandas.DataFrame
+        Output of :func:`pairwise_mannwhitney`.
+    significant_only : bool
+        Only consider pairs that are significant after correction.
+
+    Returns
+    -------
+    pandas.Series or None
+        The row of that pair; None when no pair qualifies.
+    """
     df = result[result["significant"].astype(bool)] if significant_only else result
     df = df[np.isfinite(df["disparity"].astype(float))]
     if df.empty:

@@ -1,7 +1,6 @@
-"""Monte Carlo power of the distribution parity tests (METHODS.md section 5, Algorithm 1).
+"""Monte Carlo power of the distribution parity tests (docs/METHODS.md §8.3, Algorithm 1).
 
-Khaziev et al. (distribution-parity-retrieval.txt, section 3.2 and 4.1)
-simulate biased recommendations with a known risk ratio and count how often
+Khaziev et al. (sections 3.2 and 4.1) simulate biased recommendations with a known risk ratio and count how often
 the omnibus and contrast tests reject H0.
 
 How this module reads Algorithm 1
@@ -14,13 +13,14 @@ How this module reads Algorithm 1
 - The risk ratio is applied to the **query's own value** z^q, for every query
   value at once: P*(z^q) = min(1, RR P_Z(z^q)), and every other value z is
   scaled by (1 - P*(z^q)) / (1 - P_Z(z^q)) so that P* sums to 1 (the paper's
-  pseudo-code divides by 1 - P_Z(z), a typo: it would not sum to 1; METHODS.md
-  gives the corrected factor). RR is therefore bounded above by 1 / P_Z(z^q)
+  pseudo-code divides by 1 - P_Z(z), a typo: it would not sum to 1;
+  docs/METHODS.md §8.3 gives the corrected factor). RR is therefore bounded above by 1 / P_Z(z^q)
   for the contrast of z^q.
 - Each query gets K results drawn independently from P*. The sum of the
   results of the n_z queries with value z is then Multinomial(K n_z, P*),
   which is what is drawn (exactly the same distribution, far fewer draws).
 - The tests are the Pearson chi-square tests of :mod:`fairvision.stats.parity`
+  (computed with :func:`fairvision.stats.chisquare.batch_chi2`)
   (omnibus: (V+1) x V table; contrast of z: 2 x 2 table [[a, K n_z - a],
   [n_z, n - n_z]]), rejecting when p < alpha. All-zero rows and columns are
   dropped, as in the test itself. The exact small-sample fallback of the test
@@ -42,7 +42,8 @@ import pandas as pd
 from scipy import stats as _st
 
 from fairvision.errors import FairvisionError
-from fairvision.stats.parity import FAIR_NRR, batch_chi2
+from fairvision.stats.chisquare import batch_chi2
+from fairvision.stats.parity import DEFAULT_ALPHA, FAIR_NRR
 
 PAPER_P_Z = {"ST1": 0.05, "ST2": 0.15, "ST3": 0.15, "ST4": 0.25, "ST5": 0.30, "ST6": 0.10}
 """The paper's Table 4 skin-tone distribution used in its power analysis."""
@@ -51,7 +52,19 @@ PAPER_CATALOG_SIZES = (100, 250, 1000)
 
 
 def default_rr_grid(num: int = 25, low: float = 0.5, high: float = 2.0) -> np.ndarray:
-    """``num`` risk ratios evenly spaced on a log scale from ``low`` to ``high`` (1 in the middle when symmetric)."""
+    """Risk ratios evenly spaced on a log scale (1 in the middle when symmetric).
+
+    Parameters
+    ----------
+    num : int
+        Number of risk ratios.
+    low, high : float
+        Smallest and largest risk ratio.
+
+    Returns
+    -------
+    numpy.ndarray, shape (num,)
+    """
     return np.geomspace(low, high, num)
 
 
@@ -80,6 +93,13 @@ def _parse_pz(p_z) -> tuple[list, np.ndarray]:
 def biased_distributions(p_z, rr: float) -> np.ndarray:
     """P* of Algorithm 1 for every query value: row z^q is the result distribution of a query with z^q.
 
+    Parameters
+    ----------
+    p_z : mapping, Series or array_like
+        The distribution of the protected attribute in the catalog (sums to 1).
+    rr : float
+        The risk ratio applied to every query's own value (>= 0).
+
     Returns
     -------
     numpy.ndarray, shape (V, V)
@@ -96,8 +116,24 @@ def biased_distributions(p_z, rr: float) -> np.ndarray:
     return ps / ps.sum(axis=1, keepdims=True)
 
 
-def simulate_counts(p_z, rr: float, n: int, k: int, trials: int, rng: np.random.Generator):
+def simulate_counts(p_z, rr: float, n: int, k: int, trials: int, seed: int | np.random.Generator | None = 0):
     """Draw the contingency counts of ``trials`` simulated catalogs (Algorithm 1).
+
+    Parameters
+    ----------
+    p_z : mapping, Series or array_like
+        The distribution of the protected attribute in the catalog (sums to 1).
+    rr : float
+        The risk ratio applied to every query's own value.
+    n : int
+        Catalog size = number of queries.
+    k : int
+        Results per query.
+    trials : int
+        Number of simulated catalogs.
+    seed : int, numpy.random.Generator or None
+        Randomness (a Generator is used as is, so successive calls continue
+        its stream).
 
     Returns
     -------
@@ -110,6 +146,7 @@ def simulate_counts(p_z, rr: float, n: int, k: int, trials: int, rng: np.random.
     if int(n) < 1 or int(k) < 1 or int(trials) < 1:
         raise FairvisionError("n, k and trials must be positive integers")
     ps = biased_distributions(p, rr)
+    rng = np.random.default_rng(seed)
     queries = rng.multinomial(int(n), p, size=int(trials))
     results = rng.multinomial(queries * int(k), ps)
     return queries, results
@@ -118,34 +155,67 @@ def simulate_counts(p_z, rr: float, n: int, k: int, trials: int, rng: np.random.
 _CRIT_CACHE: dict[tuple[float, int], float] = {}
 
 
-def _critical(alpha: float, dof: np.ndarray) -> np.ndarray:
-    out = np.full(dof.shape, np.inf)
-    for d in np.unique(dof):
+def _critical(alpha: float, df: np.ndarray) -> np.ndarray:
+    out = np.full(df.shape, np.inf)
+    for d in np.unique(df):
         if d > 0:
             key = (float(alpha), int(d))
             if key not in _CRIT_CACHE:
                 _CRIT_CACHE[key] = float(_st.chi2.isf(alpha, d))
-            out[dof == d] = _CRIT_CACHE[key]
+            out[df == d] = _CRIT_CACHE[key]
     return out
 
 
 def omnibus_reject(queries: np.ndarray, results: np.ndarray, alpha: float) -> np.ndarray:
-    """Omnibus decisions (p < alpha) for every trial, shape (trials,)."""
+    """Omnibus decisions (p < alpha) for every simulated trial.
+
+    Parameters
+    ----------
+    queries : numpy.ndarray, shape (trials, V)
+        Query (= catalog) counts per value (:func:`simulate_counts`).
+    results : numpy.ndarray, shape (trials, V, V)
+        Result counts per query value and result value.
+    alpha : float
+        Significance level.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (trials,)
+    """
     tables = np.concatenate([results, queries[:, None, :]], axis=1)
     stat = batch_chi2(tables)
     rows = (tables.sum(axis=2) > 0).sum(axis=1)
     cols = (tables.sum(axis=1) > 0).sum(axis=1)
-    dof = (rows - 1) * (cols - 1)
-    return stat > _critical(alpha, dof)
+    df = (rows - 1) * (cols - 1)
+    return stat > _critical(alpha, df)
 
 
-def contrast_reject(queries: np.ndarray, results: np.ndarray, k: int, alpha: float, yates: bool = False) -> np.ndarray:
-    """Contrast decisions for every trial and value, shape (trials, V); False where a value has no query."""
+def contrast_reject(queries: np.ndarray, results: np.ndarray, k: int, alpha: float, continuity: bool = False) -> np.ndarray:
+    """Contrast decisions for every simulated trial and value.
+
+    Parameters
+    ----------
+    queries : numpy.ndarray, shape (trials, V)
+        Query (= catalog) counts per value (:func:`simulate_counts`).
+    results : numpy.ndarray, shape (trials, V, V)
+        Result counts per query value and result value.
+    k : int
+        Results per query.
+    alpha : float
+        Significance level.
+    continuity : bool
+        Yates' continuity correction of the 2 x 2 statistic.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (trials, V)
+        False where a value has no query.
+    """
     n = queries.sum(axis=1, keepdims=True)
     a = np.diagonal(results, axis1=1, axis2=2)
     n1 = queries * int(k)
     tables = np.stack([np.stack([a, n1 - a], axis=-1), np.stack([queries, n - queries], axis=-1)], axis=-2)
-    stat = batch_chi2(tables, yates=yates)
+    stat = batch_chi2(tables, continuity=continuity)
     full = (tables.sum(axis=-1) > 0).all(axis=-1) & (tables.sum(axis=-2) > 0).all(axis=-1)
     return (stat > _critical(alpha, np.ones(1, dtype=int))[0]) & full
 
@@ -163,13 +233,13 @@ def power(
     rr: float,
     n: int,
     k: int = 6,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     trials: int = 1000,
     test: str = "omnibus",
     seed: int | None = 0,
     *,
     value=None,
-    yates: bool = False,
+    continuity: bool = False,
 ) -> float:
     """Monte Carlo power of a distribution parity test (Algorithm 1).
 
@@ -189,10 +259,10 @@ def power(
         Monte Carlo trials M.
     test : {"omnibus", "contrast"}
         ``"contrast"`` needs ``value`` (a label of ``p_z`` or its position).
-    seed : int, optional
+    seed : int, numpy.random.Generator or None
         Seed of :func:`numpy.random.default_rng`.
-    yates : bool
-        Yates' correction of the contrast statistic.
+    continuity : bool
+        Yates' continuity correction of the contrast statistic.
 
     Returns
     -------
@@ -212,16 +282,28 @@ def power(
     if value is None:
         raise FairvisionError("test='contrast' needs value= (which query value to test)")
     j = _resolve_value(labels, value)
-    return float(contrast_reject(q, r, k, alpha, yates)[:, j].mean())
+    return float(contrast_reject(q, r, k, alpha, continuity)[:, j].mean())
 
 
-def power_all(p_z, rr: float, n: int, k: int = 6, alpha: float = 0.01, trials: int = 1000, seed: int | None = 0,
-              yates: bool = False) -> pd.Series:
-    """Power of the omnibus test and of every contrast from one simulation, as a Series (``omnibus``, values...)."""
+def power_all(p_z, rr: float, n: int, k: int = 6, alpha: float = DEFAULT_ALPHA, trials: int = 1000, seed: int | None = 0,
+              continuity: bool = False) -> pd.Series:
+    """Power of the omnibus test and of every contrast from one simulation.
+
+    Parameters
+    ----------
+    p_z, rr, n, k, alpha, trials, seed, continuity
+        As for :func:`power`.
+
+    Returns
+    -------
+    pandas.Series
+        Indexed by ``omnibus`` and then the values (the contrast test of each
+        query value).
+    """
     labels, p = _parse_pz(p_z)
     rng = np.random.default_rng(seed)
     q, r = simulate_counts(p, rr, n, k, trials, rng)
-    vals = [omnibus_reject(q, r, alpha).mean(), *contrast_reject(q, r, k, alpha, yates).mean(axis=0)]
+    vals = [omnibus_reject(q, r, alpha).mean(), *contrast_reject(q, r, k, alpha, continuity).mean(axis=0)]
     return pd.Series(vals, index=["omnibus", *labels], dtype=float)
 
 
@@ -230,16 +312,27 @@ def power_grid(
     rrs: Sequence[float] | None = None,
     ns: Sequence[int] = PAPER_CATALOG_SIZES,
     k: int = 6,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     trials: int = 1000,
     seed: int | None = 0,
-    yates: bool = False,
+    continuity: bool = False,
 ) -> pd.DataFrame:
     """Power over a grid of risk ratios x catalog sizes (the paper's Figure 3a).
 
     Every cell uses ``default_rng(seed)``, so a cell equals
     ``power(p_z, rr, n, ..., seed=seed)`` and the curves share their random
     numbers (smooth curves).
+
+    Parameters
+    ----------
+    p_z : mapping, Series or array_like
+        The distribution of the protected attribute in the catalog.
+    rrs : sequence of float, optional
+        Risk ratios (default :func:`default_rr_grid`).
+    ns : sequence of int
+        Catalog sizes (default: the paper's 100, 250, 1000).
+    k, alpha, trials, seed, continuity
+        As for :func:`power`.
 
     Returns
     -------
@@ -252,7 +345,7 @@ def power_grid(
     rows, index = [], []
     for n in ns:
         for rr in rrs:
-            rows.append(power_all(p, float(rr), int(n), k, alpha, trials, seed, yates).to_numpy())
+            rows.append(power_all(p, float(rr), int(n), k, alpha, trials, seed, continuity).to_numpy())
             index.append((int(n), float(rr)))
     df = pd.DataFrame(rows, columns=["omnibus", *labels], index=pd.MultiIndex.from_tuples(index, names=["n", "rr"]))
     rr_arr = df.index.get_level_values("rr").to_numpy()
@@ -260,13 +353,13 @@ def power_grid(
     return df
 
 
-def _power_fn(p, n, k, alpha, trials, seed, yates, j):
+def _power_fn(p, n, k, alpha, trials, seed, continuity, j):
     def f(rr: float) -> float:
         rng = np.random.default_rng(seed)
         q, r = simulate_counts(p, rr, n, k, trials, rng)
         if j is None:
             return float(omnibus_reject(q, r, alpha).mean())
-        return float(contrast_reject(q, r, k, alpha, yates)[:, j].mean())
+        return float(contrast_reject(q, r, k, alpha, continuity)[:, j].mean())
 
     return f
 
@@ -284,11 +377,11 @@ def detectable_nrr(
     test: str = "omnibus",
     value=None,
     k: int = 6,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     target: float = 0.8,
     trials: int = 1000,
     seed: int | None = 0,
-    yates: bool = False,
+    continuity: bool = False,
     iterations: int = 12,
 ) -> float:
     """The smallest bias detectable with power >= ``target``, as a normalised risk ratio.
@@ -298,12 +391,36 @@ def detectable_nrr(
     the largest nRR (the bias closest to parity) whose power reaches the
     target; NaN when even the largest bias is not detected. This is the
     quantity of the paper's Figure 3b/3c.
+
+    Parameters
+    ----------
+    p_z : mapping, Series or array_like
+        The distribution of the protected attribute in the catalog.
+    n : int
+        Catalog size.
+    side : {"below", "above"}
+        Bias with RR < 1 or RR > 1.
+    test : {"omnibus", "contrast"}
+        ``"contrast"`` needs ``value``.
+    value : label or int, optional
+        The query value of the contrast test.
+    k, alpha, trials, seed, continuity
+        As for :func:`power`.
+    target : float
+        Power at which a bias counts as detectable (paper: 0.8).
+    iterations : int
+        Bisection steps.
+
+    Returns
+    -------
+    float
+        The detectable nRR, or NaN.
     """
     labels, p = _parse_pz(p_z)
     if side not in ("below", "above"):
         raise FairvisionError(f"side must be 'below' or 'above', not {side!r}")
     j = None if test == "omnibus" else _resolve_value(labels, value)
-    f = _power_fn(p, int(n), k, alpha, trials, seed, yates, j)
+    f = _power_fn(p, int(n), k, alpha, trials, seed, continuity, j)
     to_rr = (lambda x: x) if side == "below" else (lambda x: 1.0 / x)
     lo = 0.0 if side == "below" else _nrr_bounds(p, j) * (1 + 1e-9)
     if f(to_rr(lo) if side == "above" else 0.0) < target:
@@ -323,15 +440,28 @@ def detectable_curve(
     ns: Sequence[int] = (50, 100, 250, 500, 1000, 2500),
     *,
     k: int = 6,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     target: float = 0.8,
     trials: int = 1000,
     seed: int | None = 0,
-    yates: bool = False,
+    continuity: bool = False,
     tests: Sequence | None = None,
     iterations: int = 10,
 ) -> pd.DataFrame:
     """Detectable nRR at ``target`` power against catalog size (the paper's Figure 3b and 3c).
+
+    Parameters
+    ----------
+    p_z : mapping, Series or array_like
+        The distribution of the protected attribute in the catalog.
+    ns : sequence of int
+        Catalog sizes.
+    k, alpha, trials, seed, continuity
+        As for :func:`power`.
+    target, iterations
+        As for :func:`detectable_nrr`.
+    tests : sequence, optional
+        ``"omnibus"`` and/or values (default: the omnibus test and every value).
 
     Returns
     -------
@@ -347,7 +477,7 @@ def detectable_curve(
             out[(side, int(n))] = {
                 t: detectable_nrr(p, n, side=side, test="omnibus" if t == "omnibus" else "contrast",
                                   value=None if t == "omnibus" else labels.index(t) if t in labels else t, k=k,
-                                  alpha=alpha, target=target, trials=trials, seed=seed, yates=yates,
+                                  alpha=alpha, target=target, trials=trials, seed=seed, continuity=continuity,
                                   iterations=iterations)
                 for t in tests
             }
@@ -393,10 +523,12 @@ class CatalogAdequacy:
     table: pd.DataFrame
 
     def to_frame(self) -> pd.DataFrame:
+        """The table (one row per test)."""
         return self.table
 
     @property
     def answers(self) -> list[str]:
+        """One sentence per test."""
         return list(self.table["answer"])
 
 
@@ -405,11 +537,11 @@ def catalog_adequacy(
     n: int,
     *,
     k: int = 6,
-    alpha: float = 0.01,
+    alpha: float = DEFAULT_ALPHA,
     target: float = 0.8,
     trials: int = 1000,
     seed: int | None = 0,
-    yates: bool = False,
+    continuity: bool = False,
     n_max: int = 1_000_000,
 ) -> CatalogAdequacy:
     """Power of each test to detect a bias at the 80%-rule boundary (RR = 0.8 and RR = 1.25) with this catalog.
@@ -418,18 +550,35 @@ def catalog_adequacy(
     i.e. RR < 0.8 or RR > 1.25. A catalog is "large enough" for a test when
     the test rejects H0 with probability >= ``target`` at both boundaries.
     RR = 1.25 is beyond reach for a value with P_Z > 0.8 (RR <= 1/P_Z).
+
+    Parameters
+    ----------
+    p_z : mapping, Series or array_like
+        The distribution of the protected attribute in the catalog.
+    n : int
+        The audited catalog size.
+    k, alpha, trials, seed, continuity
+        As for :func:`power`.
+    target : float
+        Power a test must reach at both boundaries.
+    n_max : int
+        Largest catalog size searched for ``n_needed``.
+
+    Returns
+    -------
+    CatalogAdequacy
     """
     labels, p = _parse_pz(p_z)
     n = int(n)
-    low = power_all(p, FAIR_NRR, n, k, alpha, trials, seed, yates)
-    high = power_all(p, 1 / FAIR_NRR, n, k, alpha, trials, seed, yates)
+    low = power_all(p, FAIR_NRR, n, k, alpha, trials, seed, continuity)
+    high = power_all(p, 1 / FAIR_NRR, n, k, alpha, trials, seed, continuity)
     rows = []
     for i, t in enumerate(["omnibus", *labels]):
         j = None if t == "omnibus" else i - 1
         share = float("nan") if j is None else float(p[j])
 
         def f_both(m, j=j):
-            a = _power_fn(p, m, k, alpha, trials, seed, yates, j)
+            a = _power_fn(p, m, k, alpha, trials, seed, continuity, j)
             return min(a(FAIR_NRR), a(1 / FAIR_NRR))
 
         pl, ph = float(low.iloc[i]), float(high.iloc[i])

@@ -1,4 +1,4 @@
-"""Confidence intervals for proportions."""
+"""Confidence intervals for proportions (docs/METHODS.md §4.4)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,21 @@ def wilson_interval(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval for binomial proportions ``k / n`` (vectorised).
 
     Better behaved than the normal (Wald) interval near 0 and 1 and for small
-    ``n`` (Brown, Cai and DasGupta 2001). NaN where ``n = 0``.
+    ``n`` (Brown, Cai and DasGupta 2001; docs/METHODS.md §4.4).
+
+    Parameters
+    ----------
+    k : array_like
+        Successes.
+    n : array_like
+        Trials (broadcast against ``k``).
+    level : float
+        Two-sided level of the interval.
+
+    Returns
+    -------
+    ci_low, ci_high : numpy.ndarray
+        Bounds in [0, 1]; NaN where ``n = 0``.
     """
     k = np.asarray(k, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)

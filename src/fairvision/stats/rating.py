@@ -1,11 +1,12 @@
 """Elo ratings from pairwise choices, and group comparisons of ratings.
 
-Thong et al.'s saliency-cropping study (METHODS.md section 3):
+Thong et al.'s saliency-cropping study (docs/METHODS.md §6.5):
 ``p_i = 1 / (1 + 10^((R_j - R_i)/M))``; after a game
 ``R_i' = R_i + K (S_i - p_i)`` with ``S_i`` in {0, 1}, and the same for j.
 Defaults M = 400, K = 16, initial rating 1400. Ratings depend on the order of
 the games, so they can be averaged over random orders. Group comparisons use
-independent t-tests with Bonferroni correction.
+independent t-tests with a multiple-comparison correction (the study used
+Bonferroni; the default here is Holm, :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import itertools
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
 
 
 def _play(a: np.ndarray, b: np.ndarray, a_won: np.ndarray, n_players: int, orders: np.ndarray,
@@ -36,14 +38,14 @@ def _play(a: np.ndarray, b: np.ndarray, a_won: np.ndarray, n_players: int, order
     return r
 
 
-def elo(games: pd.DataFrame, *, m: float = 400.0, k: float = 16.0, initial: float = 1400.0, n_orders: int = 0,
-        seed: int | None = 0):
-    """Elo ratings of every player from a table of games (METHODS.md section 3).
+def elo(data: pd.DataFrame, *, m: float = 400.0, k: float = 16.0, initial: float = 1400.0, n_orders: int = 0,
+        seed: np.random.Generator | int | None = 0):
+    """Elo ratings of every player from a table of games (docs/METHODS.md §6.5).
 
     Parameters
     ----------
-    games : pandas.DataFrame
-        Columns ``a``, ``b`` (the two players) and ``winner`` (equal to ``a``
+    data : pandas.DataFrame
+        The games: columns ``a``, ``b`` (the two players) and ``winner`` (equal to ``a``
         or ``b``), one row per game, in the order played.
     m, k, initial : float
         Scale M, update factor K and initial rating (400, 16, 1400).
@@ -51,8 +53,8 @@ def elo(games: pd.DataFrame, *, m: float = 400.0, k: float = 16.0, initial: floa
         0: play the games in the given order and return a Series. N > 0: play
         them in N random orders (seeded) and return the mean and standard
         deviation of every player's rating over the orders.
-    seed : int, optional
-        Seed of the random orders.
+    seed : int, numpy.random.Generator or None
+        Randomness of the random orders.
 
     Returns
     -------
@@ -60,6 +62,7 @@ def elo(games: pd.DataFrame, *, m: float = 400.0, k: float = 16.0, initial: floa
         Ratings indexed by player (``n_orders == 0``), or a DataFrame with
         columns ``mean``, ``sd``, ``games`` (``n_orders > 0``).
     """
+    games = data
     if not isinstance(games, pd.DataFrame):
         raise FairvisionError("elo: games must be a DataFrame with columns a, b, winner")
     for col in ("a", "b", "winner"):
@@ -98,9 +101,9 @@ def elo(games: pd.DataFrame, *, m: float = 400.0, k: float = 16.0, initial: floa
                          "games": n_games}, index=index)
 
 
-def compare_elo_groups(ratings, groups, *, correction: str = "bonferroni", alpha: float = 0.05,
-                   equal_var: bool = True) -> pd.DataFrame:
-    """Independent t-tests of ratings between every pair of groups, with correction (METHODS.md section 3).
+def compare_elo_groups(ratings, groups, *, correction: str = DEFAULT_CORRECTION, alpha: float = 0.05,
+                       equal_var: bool = True) -> pd.DataFrame:
+    """Independent t-tests of ratings between every pair of groups, with correction (docs/METHODS.md §6.5).
 
     Parameters
     ----------
@@ -108,7 +111,11 @@ def compare_elo_groups(ratings, groups, *, correction: str = "bonferroni", alpha
         Output of :func:`elo` (for a DataFrame the ``mean`` column is used).
     groups : mapping or pandas.Series
         Group of every player (indexed by player).
-    correction : {"bonferroni", "holm", "bh", "none"}
+    correction : {"holm", "bonferroni", "bh", "none"}
+        Multiple-comparison correction over the pairs (default Holm; the
+        study used Bonferroni).
+    alpha : float
+        Significance level applied to ``pvalue_adjusted``.
     equal_var : bool
         Student's t-test (True, as the paper) or Welch's (False).
 
@@ -116,15 +123,13 @@ def compare_elo_groups(ratings, groups, *, correction: str = "bonferroni", alpha
     -------
     pandas.DataFrame
         One row per pair: ``group_a, group_b, n_a, n_b, mean_a, mean_b,
-        statistic, pvalue, p_adjusted, significant``.
+        statistic, pvalue, pvalue_adjusted, significant``.
     """
-    from scipy import stats
-
     r = ratings["mean"] if isinstance(ratings, pd.DataFrame) else pd.Series(ratings)
     g = pd.Series(groups)
     missing = [p for p in r.index if p not in g.index]
     if missing:
-        raise FairvisionError(f"compare_groups: no group for player {missing[0]!r}")
+        raise FairvisionError(f"compare_elo_groups: no group for player {missing[0]!r}")
     g = g.loc[r.index]
     labels = sorted(g.dropna().unique(), key=str)
     rows = []
@@ -139,6 +144,6 @@ def compare_elo_groups(ratings, groups, *, correction: str = "bonferroni", alpha
         rows.append({"group_a": ga_, "group_b": gb_, "n_a": len(xa), "n_b": len(xb), "mean_a": xa.mean() if len(xa) else np.nan,
                      "mean_b": xb.mean() if len(xb) else np.nan, "statistic": t, "pvalue": p})
     out = pd.DataFrame(rows, columns=["group_a", "group_b", "n_a", "n_b", "mean_a", "mean_b", "statistic", "pvalue"])
-    out["p_adjusted"] = adjust_pvalues(out["pvalue"].to_numpy(float), correction) if len(out) else []
-    out["significant"] = out["p_adjusted"] < alpha
+    out["pvalue_adjusted"] = adjust_pvalues(out["pvalue"].to_numpy(float), correction) if len(out) else []
+    out["significant"] = out["pvalue_adjusted"] < alpha
     return out

@@ -3,7 +3,7 @@
 All functions take counts or shares over *declared* groups: a declared group
 with zero members is part of the distribution (it is what makes a dataset
 unbalanced), unlike the reference implementation of the bias-transfer paper
-which silently drops unobserved groups (METHODS.md section 7).
+which silently drops unobserved groups (docs/METHODS.md §5.1).
 
 Every function also accepts a 2-D array of shape ``(n_replicates, G)`` and
 returns one value per row, so bootstrap replicates are scored in one call.
@@ -29,7 +29,7 @@ def _as_shares(values) -> np.ndarray:
 
 
 def nsd(values) -> float | np.ndarray:
-    """Normalized standard deviation of a distribution over groups (METHODS.md 7).
+    """Normalized standard deviation of a distribution over groups (docs/METHODS.md §5.1).
 
     ``NSD = std(p) * G / sqrt(G - 1)`` with the population standard deviation
     of the shares ``p`` over the ``G`` declared groups: 0 for a uniform
@@ -41,6 +41,11 @@ def nsd(values) -> float | np.ndarray:
     values : array_like or Series
         Counts or shares per group (declared empty groups included as 0), or
         an array ``(n_replicates, G)``.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        In [0, 1]; one value per row for a 2-D input (NaN for an all-zero row).
 
     Examples
     --------
@@ -63,7 +68,19 @@ def _entropy(p: np.ndarray) -> np.ndarray:
 
 
 def shannon_evenness(values) -> float | np.ndarray:
-    """Pielou's evenness ``H / ln G`` (1 = uniform over the declared groups, 0 = one group)."""
+    """Pielou's evenness ``H / ln G`` (docs/METHODS.md §5.1).
+
+    Parameters
+    ----------
+    values : array_like or Series
+        Counts or shares per declared group, or an array ``(n_replicates, G)``.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        1 = uniform over the declared groups, 0 = one group; 1 when ``G = 1``;
+        NaN for an all-zero row.
+    """
     p = _as_shares(values)
     g = p.shape[-1]
     out = _entropy(p) / np.log(g) if g > 1 else np.ones(p.shape[:-1])
@@ -72,10 +89,20 @@ def shannon_evenness(values) -> float | np.ndarray:
 
 
 def effective_number(values, order: float = 1.0) -> float | np.ndarray:
-    """Effective number of groups (Hill number): ``exp(H)`` for order 1, ``1 / sum p^2`` for order 2.
+    """Effective number of groups (Hill number; docs/METHODS.md §5.1).
 
-    Equals ``G`` when all declared groups are equally represented and 1 when
-    only one group is present.
+    Parameters
+    ----------
+    values : array_like or Series
+        Counts or shares per declared group, or an array ``(n_replicates, G)``.
+    order : {1, 2}
+        1: ``exp(H)`` (Shannon); 2: ``1 / sum p^2`` (Simpson).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        ``G`` when all declared groups are equally represented, 1 when only
+        one group is present; NaN for an all-zero row.
     """
     p = _as_shares(values)
     if order == 1:
@@ -89,7 +116,18 @@ def effective_number(values, order: float = 1.0) -> float | np.ndarray:
 
 
 def imbalance_ratio(values) -> float | np.ndarray:
-    """Largest over smallest group size; ``inf`` when a declared group is empty."""
+    """Largest over smallest group size (docs/METHODS.md §5.1).
+
+    Parameters
+    ----------
+    values : array_like or Series
+        Counts per declared group, or an array ``(n_replicates, G)``.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        At least 1; ``inf`` when a declared group is empty, NaN when all are.
+    """
     c = np.asarray(values.to_numpy() if isinstance(values, (pd.Series, pd.DataFrame)) else values, dtype=float)
     mx = c.max(axis=-1)
     mn = c.min(axis=-1)
@@ -115,7 +153,19 @@ BOUNDS = {
 
 
 def representation_summary(counts) -> dict:
-    """All representation metrics of one count vector (declared groups included)."""
+    """All representation metrics of one count vector (docs/METHODS.md §5.1).
+
+    Parameters
+    ----------
+    counts : array_like or Series
+        Counts per declared group (empty groups included as 0).
+
+    Returns
+    -------
+    dict
+        ``nsd``, ``evenness``, ``effective_groups``, ``imbalance_ratio``,
+        ``n_groups`` and ``n_empty_groups``.
+    """
     c = np.asarray(counts.to_numpy() if isinstance(counts, pd.Series) else counts, dtype=float)
     out = {name: fn(c) for name, fn in METRICS.items()}
     out["n_groups"] = int(c.size)

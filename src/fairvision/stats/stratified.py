@@ -1,6 +1,6 @@
 """Stratified and paired comparisons: van Elteren, Cochran-Mantel-Haenszel, McNemar.
 
-Confounder control (METHODS.md section 4; FHIBE: "no statistically
+Confounder control (docs/METHODS.md §7.3; FHIBE: "no statistically
 significant differences across skin tones within a subset of images with a
 high number of visible keypoints") compares two groups *within* strata of a
 suspected confounder and pools the evidence across strata:
@@ -11,25 +11,29 @@ suspected confounder and pools the evidence across strata:
   2 x 2 x K table, with the Mantel-Haenszel common odds ratio and its
   Robins-Breslow-Greenland confidence interval.
 * :func:`mcnemar` - the paired test for two binary outcomes of the same
-  samples (Thong et al. section 4.3: manipulated vs reconstructed images).
+  samples (Thong et al. section 4.3: manipulated vs reconstructed images;
+  docs/METHODS.md §7.4).
 
-All return result objects with ``statistic`` and ``pvalue`` like scipy.stats.
+All return :class:`~fairvision.stats.results.TestResult` objects with
+``statistic`` and ``pvalue`` (and ``df`` for the chi-square statistics) like
+scipy.stats.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
 from fairvision.errors import FairvisionError
+from fairvision.stats.results import TestResult
 
 
 @dataclass
-class VanElterenResult:
-    """Stratified Wilcoxon-Mann-Whitney test.
+class VanElterenResult(TestResult):
+    """Stratified Wilcoxon-Mann-Whitney test (a z test: no degrees of freedom).
 
     Attributes
     ----------
@@ -42,19 +46,20 @@ class VanElterenResult:
         Elteren weights ``n1 n2 / (N + 1)``; 0.5 means no difference.
     n_strata : int
         Strata where both groups were present (the others carry no information).
+    alternative : str
+        ``"two-sided"``, ``"greater"`` or ``"less"``.
     strata : DataFrame
         Per stratum: ``n_x``, ``n_y``, ``W`` (rank sum of ``x``), ``expected``,
         ``variance``, ``auc`` and ``used``.
     """
 
-    statistic: float
-    pvalue: float
     auc: float
     n_strata: int
     alternative: str = "two-sided"
     strata: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     def to_frame(self) -> pd.DataFrame:
+        """The per-stratum table (:attr:`strata`)."""
         return self.strata
 
 
@@ -150,50 +155,59 @@ def van_elteren(x, y, x_strata, y_strata, *, alternative: str = "two-sided") -> 
          "variance": variance, "auc": auc, "used": used},
         index=pd.Index(uniq, name="stratum"),
     )
-    return VanElterenResult(float(z), _pvalue_from_z(z, alternative), pooled_auc, int(used.sum()), alternative, table)
+    return VanElterenResult(statistic=float(z), pvalue=_pvalue_from_z(z, alternative), auc=pooled_auc,
+                            n_strata=int(used.sum()), alternative=alternative, strata=table)
 
 
 @dataclass
-class CMHResult:
+class CMHResult(TestResult):
     """Cochran-Mantel-Haenszel test for a 2 x 2 x K table.
 
     Attributes
     ----------
     statistic : float
-        CMH chi-square statistic (1 degree of freedom).
+        CMH chi-square statistic.
     pvalue : float
+    df : int
+        Degrees of freedom of the chi-square reference (always 1).
     odds_ratio : float
-        Mantel-Haenszel common odds ratio ``sum(a d / n) / sum(b c / n)``.
+        Mantel-Haenszel common odds ratio ``sum(a d / n) / sum(b c / n)`` (the
+        estimate).
     ci_low, ci_high : float
         Robins-Breslow-Greenland confidence interval of the odds ratio.
+    level : float
+        Two-sided level of that interval.
     n_strata : int
         Strata with at least two observations (the others carry no information).
+    continuity : bool
+        Whether the continuity correction was applied.
     strata : DataFrame
         ``a, b, c, d`` per stratum (rows: group x / group y; columns: outcome
         true / false) and the per-stratum odds ratio.
     """
 
-    statistic: float
-    pvalue: float
+    df: int
     odds_ratio: float
     ci_low: float
     ci_high: float
+    level: float
     n_strata: int
-    correction: bool = True
+    continuity: bool = True
     strata: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     def to_frame(self) -> pd.DataFrame:
+        """The per-stratum table (:attr:`strata`)."""
         return self.strata
 
 
-def cochran_mantel_haenszel(tables, *, correction: bool = True, level: float = 0.95) -> CMHResult:
+def cochran_mantel_haenszel(tables, *, continuity: bool = True, level: float = 0.95) -> CMHResult:
     """CMH test of conditional independence and the common odds ratio.
 
     For stratum ``k`` with table ``[[a, b], [c, d]]`` (rows: group x, group y;
     columns: outcome present, absent) and ``n = a + b + c + d``:
     ``E a = (a + b)(a + c) / n`` and ``Var a = (a + b)(c + d)(a + c)(b + d) /
     (n^2 (n - 1))``; the statistic is ``(|sum(a - E a)| - 0.5)^2 / sum Var a``
-    (the ``- 0.5`` only with ``correction``), chi-square with 1 df (Mantel and
+    (the ``- 0.5`` only with ``continuity``), chi-square with 1 df (Mantel and
     Haenszel 1959; Agresti, *Categorical Data Analysis*, 3rd ed., 6.4.2). The
     common odds ratio is ``sum(a d / n) / sum(b c / n)``; its CI uses the
     Robins, Breslow and Greenland (1986) variance of its logarithm.
@@ -202,14 +216,16 @@ def cochran_mantel_haenszel(tables, *, correction: bool = True, level: float = 0
     ----------
     tables : array_like, shape (K, 2, 2) or (2, 2)
         Counts per stratum.
-    correction : bool
+    continuity : bool
         Continuity correction (default true, as in R's ``mantelhaen.test``).
     level : float
-        Confidence level of the odds-ratio interval.
+        Two-sided confidence level of the odds-ratio interval.
 
     Returns
     -------
     CMHResult
+        ``statistic``, ``pvalue``, ``df`` (1), ``odds_ratio`` with ``ci_low``,
+        ``ci_high`` and ``level``, and the per-stratum table.
     """
     t = np.asarray(tables, dtype=float)
     if t.ndim == 2:
@@ -226,7 +242,7 @@ def cochran_mantel_haenszel(tables, *, correction: bool = True, level: float = 0
     ea = (a + b) * (a + c) / n
     va = (a + b) * (c + d) * (a + c) * (b + d) / (n ** 2 * (n - 1))
     diff = abs(float(np.sum(a - ea)))
-    if correction:
+    if continuity:
         diff = max(0.0, diff - 0.5)
     vsum = float(np.sum(va))
     stat = diff ** 2 / vsum if vsum > 0 else float("nan")
@@ -244,15 +260,36 @@ def cochran_mantel_haenszel(tables, *, correction: bool = True, level: float = 0
     with np.errstate(divide="ignore", invalid="ignore"):
         per = pd.DataFrame({"a": t[:, 0, 0], "b": t[:, 0, 1], "c": t[:, 1, 0], "d": t[:, 1, 1],
                             "odds_ratio": (t[:, 0, 0] * t[:, 1, 1]) / (t[:, 0, 1] * t[:, 1, 0]), "used": used_mask})
-    return CMHResult(float(stat), p, float(orr), lo, hi, int(use.sum()), correction, per)
+    return CMHResult(statistic=float(stat), pvalue=p, df=1, odds_ratio=float(orr), ci_low=lo, ci_high=hi, level=level,
+                     n_strata=int(use.sum()), continuity=continuity, strata=per)
 
 
-def cmh_from_samples(outcome, group, strata, *, x, y, correction: bool = True, level: float = 0.95) -> CMHResult:
+def cmh_from_samples(outcome, group, strata, *, x, y, continuity: bool = True, level: float = 0.95) -> CMHResult:
     """CMH test comparing groups ``x`` and ``y`` on a binary ``outcome`` within ``strata``.
 
     Builds the 2 x 2 x K table from per-sample arrays (rows of other groups
-    are ignored) and calls :func:`cochran_mantel_haenszel`; the per-stratum
-    table is indexed by stratum label.
+    are ignored) and calls :func:`cochran_mantel_haenszel`.
+
+    Parameters
+    ----------
+    outcome : array_like
+        Binary outcome per sample (0/1 or booleans, no missing values).
+    group : array_like
+        Group label per sample.
+    strata : array_like
+        Stratum label per sample (no missing values).
+    x, y : hashable
+        The two groups compared (``x`` is the first row of every 2 x 2 table).
+    continuity : bool
+        Continuity correction of the CMH statistic.
+    level : float
+        Two-sided confidence level of the odds-ratio interval.
+
+    Returns
+    -------
+    CMHResult
+        As :func:`cochran_mantel_haenszel`; the per-stratum table is indexed
+        by stratum label.
     """
     o = np.asarray(outcome)
     g = np.asarray(group, dtype=object)
@@ -274,13 +311,13 @@ def cmh_from_samples(outcome, group, strata, *, x, y, correction: bool = True, l
     tab[:, 0, 1] = np.bincount(codes[is_x & ~ob], minlength=k)
     tab[:, 1, 0] = np.bincount(codes[~is_x & ob], minlength=k)
     tab[:, 1, 1] = np.bincount(codes[~is_x & ~ob], minlength=k)
-    res = cochran_mantel_haenszel(tab, correction=correction, level=level)
+    res = cochran_mantel_haenszel(tab, continuity=continuity, level=level)
     res.strata.index = pd.Index(uniq, name="stratum")
     return res
 
 
 @dataclass
-class McNemarResult:
+class McNemarResult(TestResult):
     """McNemar's test for paired binary outcomes.
 
     Attributes
@@ -289,25 +326,25 @@ class McNemarResult:
         Chi-square statistic (chi-square method) or ``min(b, c)`` (exact method).
     pvalue : float
         Two-sided p-value.
+    df : int or None
+        1 for the chi-square method; None for the exact binomial method.
     b, c : int
         Discordant counts: ``b`` = first true and second false, ``c`` = first
         false and second true.
     method : str
         ``"exact"`` (binomial) or ``"chi2"``.
+    continuity : bool
+        Whether the chi-square statistic was continuity-corrected.
     """
 
-    statistic: float
-    pvalue: float
+    df: int | None
     b: int
     c: int
     method: str
-    correction: bool = False
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    continuity: bool = False
 
 
-def mcnemar(first, second=None, *, exact: bool | None = None, correction: bool = True, exact_below: int = 25) -> McNemarResult:
+def mcnemar(first, second=None, *, exact: bool | None = None, continuity: bool = True, exact_below: int = 25) -> McNemarResult:
     """McNemar's test of marginal homogeneity for paired binary outcomes.
 
     Only the discordant pairs matter: ``b`` pairs with ``first`` true and
@@ -326,12 +363,16 @@ def mcnemar(first, second=None, *, exact: bool | None = None, correction: bool =
     exact : bool, optional
         Force the exact or the chi-square version; default: exact when
         ``b + c < exact_below`` (25).
-    correction : bool
+    continuity : bool
         Continuity correction of the chi-square version.
+    exact_below : int
+        Discordant-pair count below which the exact version is the default.
 
     Returns
     -------
     McNemarResult
+        ``statistic``, ``pvalue``, ``df`` (1, or None for the exact version),
+        the discordant counts and the method used.
     """
     if second is None:
         tab = np.asarray(first, dtype=float)
@@ -349,10 +390,12 @@ def mcnemar(first, second=None, *, exact: bool | None = None, correction: bool =
     if exact is None:
         exact = nd < exact_below
     if nd == 0:
-        return McNemarResult(0.0, 1.0, b, c, "exact" if exact else "chi2", correction and not exact)
+        return McNemarResult(statistic=0.0, pvalue=1.0, df=None if exact else 1, b=b, c=c,
+                             method="exact" if exact else "chi2", continuity=continuity and not exact)
     if exact:
         p = float(min(1.0, 2.0 * _st.binom.cdf(min(b, c), nd, 0.5)))
-        return McNemarResult(float(min(b, c)), p, b, c, "exact", False)
-    num = abs(b - c) - (1.0 if correction else 0.0)
+        return McNemarResult(statistic=float(min(b, c)), pvalue=p, df=None, b=b, c=c, method="exact", continuity=False)
+    num = abs(b - c) - (1.0 if continuity else 0.0)
     stat = max(0.0, num) ** 2 / nd
-    return McNemarResult(float(stat), float(_st.chi2.sf(stat, 1)), b, c, "chi2", correction)
+    return McNemarResult(statistic=float(stat), pvalue=float(_st.chi2.sf(stat, 1)), df=1, b=b, c=c, method="chi2",
+                         continuity=continuity)

@@ -60,6 +60,10 @@ def _get(name: str):
     return obj
 
 
+get_model = _get  # public: "detector" or "predictor", built once per process (the batch measurement preloads them)
+MODEL_CACHE = _CACHE  # public: the per-process model cache (filled without the lock by the batch measurement)
+
+
 def detect(image_rgb: np.ndarray, *, upsample: int = 1) -> list[np.ndarray]:
     """HOG face boxes ``[x0, y0, x1, y1]`` (float32 pixels), largest first."""
     img = np.ascontiguousarray(image_rgb, dtype=np.uint8)

@@ -33,6 +33,9 @@ def _mp_face_mesh():
     return mp.solutions.face_mesh
 
 
+mediapipe_face_mesh = _mp_face_mesh  # public: the batch measurement imports mediapipe before forking workers
+
+
 def models_built() -> bool:
     """Whether this process has built a face-mesh model (threads are running)."""
     return bool(_MODELS)

@@ -1,6 +1,6 @@
 """Confounder control: does a group disparity survive within strata of a suspected confounder?
 
-FHIBE (METHODS.md section 4; FHIBE results on person detection): skin-tone
+FHIBE (docs/METHODS.md §7.3; FHIBE results on person detection): skin-tone
 differences in person detection disappear among images with many visible
 keypoints, i.e. occlusion, not skin tone, drives them. This module compares
 every pair of groups of an attribute three ways:
@@ -13,8 +13,9 @@ every pair of groups of an attribute three ways:
 * ``within`` - separately inside every stratum (FHIBE's "within the subset of
   images with a high number of visible keypoints").
 
-P-values are corrected over the pairs (Bonferroni by default, as in FHIBE's
-benchmarking analysis); ``within`` corrects over all pairs and strata. Cells
+P-values are corrected over the pairs (docs/METHODS.md §4.3; Holm by
+default, ``correction="bonferroni"`` reproduces FHIBE's benchmarking
+analysis); ``within`` corrects over all pairs and strata. Cells
 with fewer than ``min_count`` subjects are flagged too small and not tested
 within strata. When a subject column is present, continuous scores are first
 averaged per subject (within stratum), so a subject counts once per stratum.
@@ -22,7 +23,6 @@ averaged per subject (within stratum), so a subject counts once per stratum.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -30,18 +30,21 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
+from fairvision.audits.diagnosis.patterns import bin_numeric, is_binned
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.stratified import cmh_from_samples, cochran_mantel_haenszel, van_elteren
 
 
 @dataclass
 class ConfounderResult:
-    """Result of :func:`control_confounder`.
+    """Result of :func:`audit_confounder`.
 
     Attributes
     ----------
     overall, stratified : DataFrame
         Indexed by ``(group_a, group_b)``: ``n_a``, ``n_b``, ``statistic``,
-        ``pvalue``, ``p_adjusted``, ``significant`` and ``effect`` (AUC =
+        ``pvalue``, ``pvalue_adjusted``, ``significant`` and ``effect`` (AUC =
         P(a > b) + P(a = b)/2 for scores; odds ratio of the outcome for binary
         outcomes, with ``ci_low``/``ci_high`` in ``stratified``).
     within : DataFrame
@@ -100,12 +103,10 @@ def strata_of(values: pd.Series, *, n_bins: int = 3, edges: Sequence[float] | No
     values are used as they are; other numeric columns are cut at ``edges``
     (right-closed bins) or into ``n_bins`` quantile bins.
     """
-    from fairvision.audits.diagnosis.patterns import _is_binned, bin_numeric
-
     if edges is not None:
         v = pd.to_numeric(values, errors="coerce")
         cut = pd.cut(v, bins=[-np.inf, *sorted(edges), np.inf])
-    elif _is_binned(values, n_bins):
+    elif is_binned(values, n_bins):
         cut = bin_numeric(values, n_bins)
     else:
         return values.astype(object).where(values.notna(), None).map(lambda v: v if v is None else str(v))
@@ -113,7 +114,7 @@ def strata_of(values: pd.Series, *, n_bins: int = 3, edges: Sequence[float] | No
     return labels
 
 
-def control_confounder(
+def audit_confounder(
     data: pd.DataFrame,
     score: str,
     attribute: str,
@@ -124,7 +125,7 @@ def control_confounder(
     groups: Sequence | None = None,
     n_bins: int = 3,
     edges: Sequence[float] | None = None,
-    correction: str = "bonferroni",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
     min_count: int = 10,
 ) -> ConfounderResult:
@@ -148,8 +149,12 @@ def control_confounder(
         Groups to compare (default: all, in category order).
     n_bins, edges :
         Stratification of a numeric confounder.
-    correction : {"bonferroni", "holm", "bh", "none"}
+    correction : {"holm", "bonferroni", "bh", "none"}
+        Multiple-comparison correction over the pairs (default
+        :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`; FHIBE used
+        ``"bonferroni"``).
     alpha : float
+        Significance level applied to the adjusted p-values.
     min_count : int
         Smallest cell (subjects per group within a stratum) tested in ``within``
         (FHIBE keeps groups with at least 10 subjects).
@@ -158,9 +163,6 @@ def control_confounder(
     -------
     ConfounderResult
     """
-    from fairvision.stats.corrections import adjust_pvalues
-    from fairvision.stats.stratified import cmh_from_samples, cochran_mantel_haenszel, van_elteren
-
     src = str(data.attrs.get("source", "table"))
     for col in (score, attribute, confounder):
         if col not in data.columns:
@@ -203,7 +205,7 @@ def control_confounder(
     cells = frame.groupby(["s", "g"], observed=True).agg(n=("y", "size"), n_subjects=("subj", "nunique"),
                                                         mean=("y", "mean"), median=("y", "median"))
     cells.index = cells.index.set_names(["stratum", "group"])
-    pairs = list(itertools.combinations(groups, 2))
+    pairs = [(groups[i], groups[j]) for i, j in zip(*np.triu_indices(len(groups), k=1))]  # every pair, in order
     over, strat, within = [], [], []
     for a, b in pairs:
         ua, ub = unit[unit["g"] == a], unit[unit["g"] == b]
@@ -236,8 +238,8 @@ def control_confounder(
 
     def finish(rows, cols, index):
         df = pd.DataFrame(rows, columns=cols)
-        df["p_adjusted"] = adjust_pvalues(df["pvalue"].to_numpy(dtype=float), correction) if len(df) else []
-        df["significant"] = df["p_adjusted"].to_numpy(dtype=float) < alpha
+        df["pvalue_adjusted"] = adjust_pvalues(df["pvalue"].to_numpy(dtype=float), correction) if len(df) else []
+        df["significant"] = df["pvalue_adjusted"].to_numpy(dtype=float) < alpha
         return df.set_index(index)
 
     base = ["group_a", "group_b", "n_a", "n_b", "statistic", "pvalue", "effect"]

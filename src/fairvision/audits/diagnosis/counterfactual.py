@@ -2,15 +2,16 @@
 
 Two parts:
 
-(a) :func:`analyse_counterfactuals` - a user's counterfactual image sets
+(a) :func:`audit_counterfactuals` - a user's counterfactual image sets
     (original, reconstructed and manipulated variants such as ``+light``,
     ``+dark``, ``+red``, ``+yellow``) with a model's predictions, laid out like
     Thong et al. Table 4 (accuracy per variant per class and overall), with
     paired McNemar tests of every variant against the *reconstructed* set (the
     paper compares with the reconstruction, not the original, so that
-    reconstruction artefacts do not count as skin-colour effects).
+    reconstruction artefacts do not count as skin-colour effects;
+    docs/METHODS.md §7.4).
 
-(b) :func:`colour_transect` - a built-in colorimetric transect that needs no
+(b) :func:`audit_colour_transect` - a built-in colorimetric transect that needs no
     GAN: inside the skin mask only, shift CIELAB L* by ``delta`` or rotate the
     hue angle h* by ``delta`` degrees at constant L* and chroma, map colours
     that leave the sRGB gamut back by reducing chroma at constant L* and h*,
@@ -18,7 +19,7 @@ Two parts:
     hue of its mean (a*, b*) are recomputed from the uint8 output, the shift is
     corrected iteratively until it matches the request, and the other axis is
     reported so a user can check it stayed put. Pixels outside the mask are
-    copied unchanged.
+    copied unchanged (docs/METHODS.md §7.5).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.skin.colour import lab_to_srgb, srgb_to_lab
+from fairvision.skin.estimators import estimate
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.stratified import mcnemar
 
 DEFAULT_VARIANTS = ("original", "reconstructed", "+light", "+dark", "+red", "+yellow")
 #: Thong et al.'s manipulations as transect settings: (axis, sign). Redder = lower hue angle.
@@ -52,7 +57,7 @@ class CounterfactualResult:
         reference: ``n_pairs``, ``acc_reference``, ``acc_variant``, ``change``
         (percentage points), ``b`` (right on reference, wrong on variant),
         ``c`` (the reverse), ``statistic``, ``pvalue``, ``method``,
-        ``p_adjusted`` and ``significant``.
+        ``pvalue_adjusted`` and ``significant``.
     """
 
     accuracy: pd.DataFrame
@@ -69,8 +74,8 @@ class CounterfactualResult:
         return self.accuracy_long
 
 
-def analyse_counterfactuals(
-    predictions: pd.DataFrame,
+def audit_counterfactuals(
+    data: pd.DataFrame,
     *,
     sample_col: str = "sample_id",
     variant_col: str = "variant",
@@ -80,7 +85,7 @@ def analyse_counterfactuals(
     model_col: str | None = None,
     reference: str = "reconstructed",
     variants: Sequence[str] | None = None,
-    correction: str = "holm",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
     exact_below: int = 25,
 ) -> CounterfactualResult:
@@ -88,8 +93,8 @@ def analyse_counterfactuals(
 
     Parameters
     ----------
-    predictions : DataFrame
-        One row per (model, sample, variant): the sample id, the variant name,
+    data : DataFrame
+        Predictions: one row per (model, sample, variant): the sample id, the variant name,
         the true class and either the prediction or a ``correct`` flag.
     sample_col, variant_col, label_col, prediction_col, correct_col, model_col : str
         Column names; ``correct_col`` (bool or 0/1) wins over comparing
@@ -100,7 +105,10 @@ def analyse_counterfactuals(
     variants : sequence of str, optional
         Variant order of the table (default: Thong et al.'s order, then any others).
     correction : {"holm", "bonferroni", "bh", "none"}
-        Correction over all McNemar tests of a model.
+        Correction over all McNemar tests of a model (default
+        :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`).
+    alpha : float
+        Significance level applied to the adjusted p-values.
     exact_below : int
         Exact binomial McNemar test when there are fewer discordant pairs.
 
@@ -108,27 +116,24 @@ def analyse_counterfactuals(
     -------
     CounterfactualResult
     """
-    from fairvision.stats.corrections import adjust_pvalues
-    from fairvision.stats.stratified import mcnemar
-
-    src = str(predictions.attrs.get("source", "predictions"))
+    src = str(data.attrs.get("source", "predictions"))
     need = [sample_col, variant_col, label_col] + ([correct_col] if correct_col else [prediction_col])
     if model_col:
         need.append(model_col)
     for c in need:
-        if c is None or c not in predictions.columns:
-            raise ColumnError(f"{src}: no column {c!r}; columns are {', '.join(map(str, predictions.columns))}")
+        if c is None or c not in data.columns:
+            raise ColumnError(f"{src}: no column {c!r}; columns are {', '.join(map(str, data.columns))}")
     df = pd.DataFrame({
-        "model": predictions[model_col].astype(str) if model_col else "model",
-        "sample": predictions[sample_col].astype(str),
-        "variant": predictions[variant_col].astype(str),
-        "label": predictions[label_col],
+        "model": data[model_col].astype(str) if model_col else "model",
+        "sample": data[sample_col].astype(str),
+        "variant": data[variant_col].astype(str),
+        "label": data[label_col],
     })
     if df["label"].isna().any():
         row = int(np.flatnonzero(df["label"].isna().to_numpy())[0]) + 1
         raise ColumnError(f"{src}: row {row}: missing {label_col!r}")
     if correct_col:
-        raw = predictions[correct_col]
+        raw = data[correct_col]
         mapped = raw.map(lambda v: {True: True, False: False, 1: True, 0: False, "true": True, "false": False,
                                     "True": True, "False": False, "1": True, "0": False}.get(v))
         if mapped.isna().any():
@@ -136,7 +141,7 @@ def analyse_counterfactuals(
             raise ColumnError(f"{src}: row {row}: {correct_col!r} must be true/false or 1/0, got {raw.iloc[row - 1]!r}")
         df["correct"] = mapped.astype(bool).to_numpy()
     else:
-        df["correct"] = (predictions[prediction_col].astype(str) == predictions[label_col].astype(str)).to_numpy()
+        df["correct"] = (data[prediction_col].astype(str) == data[label_col].astype(str)).to_numpy()
     dup = df.duplicated(["model", "sample", "variant"])
     if dup.any():
         row = int(np.flatnonzero(dup.to_numpy())[0]) + 1
@@ -183,11 +188,11 @@ def analyse_counterfactuals(
     tests = pd.DataFrame(test_rows, columns=["model", "variant", "class", "n_pairs", "acc_reference", "acc_variant",
                                              "change", "b", "c", "statistic", "pvalue", "method"])
     if len(tests):
-        tests["p_adjusted"] = np.concatenate([adjust_pvalues(g["pvalue"].to_numpy(), correction)
-                                              for _, g in tests.groupby("model", sort=False)])
+        tests["pvalue_adjusted"] = np.concatenate([adjust_pvalues(g["pvalue"].to_numpy(), correction)
+                                                   for _, g in tests.groupby("model", sort=False)])
     else:
-        tests["p_adjusted"] = []
-    tests["significant"] = tests["p_adjusted"].to_numpy(dtype=float) < alpha
+        tests["pvalue_adjusted"] = []
+    tests["significant"] = tests["pvalue_adjusted"].to_numpy(dtype=float) < alpha
     tests = tests.set_index(["model", "variant", "class"])
     return CounterfactualResult(accuracy=wide, accuracy_long=acc_long, tests=tests, reference=reference,
                                 variants=order, classes=classes, correction=correction, alpha=alpha,
@@ -214,8 +219,6 @@ def _wrap(deg: float) -> float:
 
 
 def _in_gamut_rgb(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    from fairvision.skin.colour import lab_to_srgb
-
     rgb = lab_to_srgb(lab, clip=False)
     ok = np.all((rgb >= -1e-6) & (rgb <= 1 + 1e-6), axis=-1)
     return rgb, ok
@@ -270,7 +273,7 @@ class TransectResult:
     check: dict = field(default_factory=dict)
 
 
-def colour_transect(
+def audit_colour_transect(
     image_rgb: np.ndarray,
     mask: np.ndarray,
     *,
@@ -323,8 +326,6 @@ def colour_transect(
     -------
     TransectResult
     """
-    from fairvision.skin.colour import lab_to_srgb, srgb_to_lab
-
     img = np.asarray(image_rgb)
     if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
         raise FairvisionError(f"transect expects an (H, W, 3) uint8 RGB image, got shape {img.shape} {img.dtype}")
@@ -401,8 +402,6 @@ def colour_transect(
         "outside_unchanged": bool(np.array_equal(out[~m], img[~m])),
     }
     if estimator is not None:
-        from fairvision.skin.estimators import estimate
-
         e0, e1 = estimate(estimator, lab0), estimate(estimator, srgb_to_lab(new_px, dtype=np.float64))
         check["estimator"] = estimator
         check["estimator_L_change"] = float(e1["L"] - e0["L"])

@@ -1,6 +1,6 @@
 """Direct error modelling: which annotations explain a model's per-sample score.
 
-FHIBE (METHODS.md section 4, "Direct error modelling"; FHIBE Methods and
+FHIBE (docs/METHODS.md §7.1, "Direct error modelling"; FHIBE Methods and
 Extended Data Figs. 3-6): the per-image score is the target, annotations and
 derived features (visible keypoints, box size, measured skin L* and h*, ...)
 are the predictors. A random forest ranks the features (impurity importance,
@@ -9,7 +9,8 @@ features with many split points); the elbow of the ranked importances picks
 the top features (about six in FHIBE); a shallow decision tree on those gives
 the direction of each effect as readable rules ("visible keypoints <= 12 and
 pose = lying: mean AR 0.41, n = 230"); and a cluster bootstrap (5,000
-resamples of subjects by default) gives standard errors of every rule's mean.
+resamples of subjects by default; :func:`fairvision.stats.resample.group_mean_ci`,
+docs/METHODS.md §4.2) gives standard errors of every rule's mean.
 
 Categorical predictors are one-hot encoded (a missing value is its own level,
 ``(missing)``) and their importances summed over their levels; numeric
@@ -24,8 +25,13 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.metrics import r2_score
+from sklearn.model_selection import GroupKFold, GroupShuffleSplit
+from sklearn.tree import DecisionTreeRegressor
 
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.stats.resample import group_mean_ci
 
 MISSING_LEVEL = "(missing)"
 MAX_LEVELS = 100
@@ -140,89 +146,6 @@ def elbow_point(values: Sequence[float], *, max_k: int | None = None, min_k: int
     return int(min(max(k, min_k), hi))
 
 
-def group_mean_bootstrap(
-    values: np.ndarray,
-    groups: np.ndarray,
-    clusters: np.ndarray,
-    *,
-    n_groups: int | None = None,
-    n_boot: int = 5000,
-    seed: int | None = 0,
-    level: float = 0.95,
-    chunk: int = 500,
-) -> pd.DataFrame:
-    """Cluster-bootstrap standard errors and percentile CIs of per-group means.
-
-    Subjects (``clusters``) are drawn with replacement and carry all their
-    rows. Vectorised: per-subject sums and counts in every group are
-    aggregated once, then each chunk of replicates is a matrix product of the
-    multinomial draw counts (``cluster_bootstrap_weights``) with them.
-
-    Parameters
-    ----------
-    values : float array (n,)
-    groups : int array (n,)
-        Group code ``0 .. n_groups-1`` of each row.
-    clusters : int array (n,)
-        Subject code ``0 .. n_clusters-1`` of each row (``arange(n)`` for a
-        row bootstrap).
-
-    Returns
-    -------
-    DataFrame indexed by group code: ``mean``, ``se``, ``ci_low``, ``ci_high``.
-    A group absent from a replicate gives no value there (ignored).
-    """
-    from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
-
-    values = np.asarray(values, dtype=float)
-    groups = np.asarray(groups, dtype=np.int64)
-    clusters = np.asarray(clusters, dtype=np.int64)
-    g = int(groups.max()) + 1 if n_groups is None else n_groups
-    c = int(clusters.max()) + 1
-    flat = clusters * g + groups
-    sums = np.bincount(flat, weights=values, minlength=c * g).reshape(c, g)
-    cnts = np.bincount(flat, minlength=c * g).reshape(c, g).astype(float)
-    rng = np.random.default_rng(seed)
-    reps = np.empty((n_boot, g))
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        w = cluster_bootstrap_weights(c, stop - start, rng)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            reps[start:stop] = (w @ sums) / (w @ cnts)
-    est = sums.sum(0) / np.where(cnts.sum(0) > 0, cnts.sum(0), np.nan)
-    lo, hi = percentile_ci(reps, level)
-    return pd.DataFrame({"mean": est, "se": np.nanstd(reps, axis=0, ddof=1), "ci_low": lo, "ci_high": hi})
-
-
-def group_mean_bootstrap_naive(values, groups, clusters, *, n_groups=None, n_boot=5000, seed=0, level=0.95, chunk=500):
-    """Reference loop for :func:`group_mean_bootstrap` (benchmarks and tests only).
-
-    Uses the same multinomial draws, but rebuilds every resample as a list of
-    rows and recomputes the group means one replicate at a time.
-    """
-    from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
-
-    values = np.asarray(values, dtype=float)
-    groups = np.asarray(groups, dtype=np.int64)
-    clusters = np.asarray(clusters, dtype=np.int64)
-    g = int(groups.max()) + 1 if n_groups is None else n_groups
-    c = int(clusters.max()) + 1
-    rows_of = [np.flatnonzero(clusters == k) for k in range(c)]
-    rng = np.random.default_rng(seed)
-    reps = np.empty((n_boot, g))
-    b = 0
-    for start in range(0, n_boot, chunk):
-        w = cluster_bootstrap_weights(c, min(n_boot, start + chunk) - start, rng)
-        for row in w:
-            idx = np.concatenate([np.repeat(rows_of[k], int(row[k])) for k in range(c) if row[k] > 0])
-            frame = pd.DataFrame({"g": groups[idx], "v": values[idx]})
-            reps[b] = frame.groupby("g")["v"].mean().reindex(range(g)).to_numpy()
-            b += 1
-    est = pd.Series(values).groupby(groups).mean().reindex(range(g)).to_numpy()
-    lo, hi = percentile_ci(reps, level)
-    return pd.DataFrame({"mean": est, "se": np.nanstd(reps, axis=0, ddof=1), "ci_low": lo, "ci_high": hi})
-
-
 def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
@@ -315,9 +238,6 @@ def _pruning_alpha(X: np.ndarray, y: np.ndarray, clusters: np.ndarray, max_depth
     error is within one standard error of the best, take the simplest. Splits
     that only fit noise are pruned away, so rules describe real effects.
     """
-    from sklearn.model_selection import GroupKFold
-    from sklearn.tree import DecisionTreeRegressor
-
     n_groups = int(clusters.max()) + 1
     if n_groups < folds:
         return 0.0
@@ -339,7 +259,7 @@ def _pruning_alpha(X: np.ndarray, y: np.ndarray, clusters: np.ndarray, max_depth
 
 @dataclass
 class ErrorModelResult:
-    """Result of :func:`model_errors`.
+    """Result of :func:`audit_error_model`.
 
     Attributes
     ----------
@@ -391,7 +311,7 @@ class ErrorModelResult:
         return list(self.rules["rule"])
 
 
-def model_errors(
+def audit_error_model(
     data: pd.DataFrame,
     target: str,
     features: Sequence[str],
@@ -446,6 +366,8 @@ def model_errors(
         Share of subjects held out for the permutation importance and R^2.
     n_boot : int
         Bootstrap replicates for the rule standard errors (FHIBE: 5,000).
+    level : float
+        Two-sided level of the rules' percentile confidence intervals.
     prune : bool
         Prune the explanatory tree by cost complexity, the strength chosen by
         subject-grouped 5-fold cross-validation with the one-standard-error
@@ -462,11 +384,6 @@ def model_errors(
     -------
     ErrorModelResult
     """
-    from sklearn.ensemble import RandomForestRegressor
-    from sklearn.metrics import r2_score
-    from sklearn.model_selection import GroupShuffleSplit
-    from sklearn.tree import DecisionTreeRegressor
-
     src = str(data.attrs.get("source", "table"))
     if importance not in ("impurity", "permutation"):
         raise FairvisionError(f"unknown importance {importance!r}; use impurity or permutation")
@@ -548,13 +465,13 @@ def model_errors(
     leaf_ids = sorted(descr)
     code = {lf: i for i, lf in enumerate(leaf_ids)}
     gcodes = np.array([code[lf] for lf in leaf_of])
-    boot = group_mean_bootstrap(y, gcodes, clusters, n_groups=len(leaf_ids), n_boot=n_boot, seed=boot_seed, level=level)
+    boot = group_mean_ci(y, gcodes, clusters, n_groups=len(leaf_ids), n_boot=n_boot, level=level, seed=boot_seed)
     lab = label or _pretty(target)
     n_leaf = np.bincount(gcodes, minlength=len(leaf_ids))
     n_subj = pd.Series(clusters).groupby(gcodes).nunique().reindex(range(len(leaf_ids)), fill_value=0).to_numpy()
     rules = pd.DataFrame({
         "condition": [descr[lf] for lf in leaf_ids], "n": n_leaf, "n_subjects": n_subj,
-        "mean": boot["mean"].to_numpy(), "se": boot["se"].to_numpy(),
+        "mean": boot["estimate"].to_numpy(), "se": boot["se"].to_numpy(),
         "ci_low": boot["ci_low"].to_numpy(), "ci_high": boot["ci_high"].to_numpy(),
     })
     rules["rule"] = [f"{c}: mean {lab} {m:.3g} (SE {s:.2g}), n = {n}" for c, m, s, n in

@@ -1,6 +1,6 @@
 """Error pattern recognition: attribute values that co-occur with low scores.
 
-FHIBE (METHODS.md section 4, "Error pattern recognition"; FHIBE Methods):
+FHIBE (docs/METHODS.md §7.2, "Error pattern recognition"; FHIBE Methods):
 association rules mined with FP-growth over *items* ``attribute = value`` plus
 one item "low score", kept when their consequent is "low score" and ranked by
 lift, with support and confidence. A sample has low score when its score is
@@ -9,8 +9,8 @@ absolute ``low_threshold``; at or above for lower-is-better scores).
 
 Beyond the paper, every rule ``A -> low`` gets a one-sided Fisher exact
 (hypergeometric) p-value for "low scores are more frequent where A holds",
-adjusted for multiple comparisons over *every* frequent antecedent that was
-examined (not only the reported rules), so that on data without a real
+adjusted for multiple comparisons (docs/METHODS.md §4.3) over *every*
+frequent antecedent that was examined (not only the reported rules), so that on data without a real
 pattern no rule is flagged beyond the nominal rate.
 
 The items of a rule can be turned back into a boolean mask or a new
@@ -28,6 +28,8 @@ import pandas as pd
 from scipy import stats as _st
 
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.itemsets import association_rules, fpgrowth
 
 LOW_ITEM = ("__low__", "low score")
 MISSING = "(missing)"
@@ -44,7 +46,8 @@ def bin_numeric(values: pd.Series, n_bins: int = 3) -> pd.Series:
     return pd.qcut(v, q=n_bins, duplicates="drop")
 
 
-def _is_binned(s: pd.Series, n_bins: int) -> bool:
+def is_binned(s: pd.Series, n_bins: int) -> bool:
+    """Whether a column is numeric with more than ``max(n_bins, 6)`` distinct values, i.e. cut into quantile bins."""
     if pd.api.types.is_bool_dtype(s) or isinstance(s.dtype, pd.CategoricalDtype):
         return False
     return pd.api.types.is_numeric_dtype(s) and s.nunique(dropna=True) > max(n_bins, 6)
@@ -82,7 +85,7 @@ def transaction_matrix(data: pd.DataFrame, attributes: Sequence[str], *, n_bins:
         s = data[a]
         if s.apply(lambda v: isinstance(v, (list, tuple, set, np.ndarray))).any():
             raise ColumnError(f"{source}: attribute column {a!r} holds lists; expand multi-valued attributes first")
-        vals = bin_numeric(s, n_bins) if _is_binned(s, n_bins) else s
+        vals = bin_numeric(s, n_bins) if is_binned(s, n_bins) else s
         obj = vals.astype(object).where(vals.notna(), MISSING)
         levels = list(vals.cat.categories) if isinstance(vals.dtype, pd.CategoricalDtype) else sorted(
             (v for v in pd.unique(obj) if v != MISSING), key=str)
@@ -128,11 +131,12 @@ class PatternResult:
         matching the items and low), ``confidence`` (share low among samples
         matching the items), ``lift`` (confidence / share low overall), ``n``
         (matching and low), ``n_matching``, ``pvalue`` (one-sided Fisher),
-        ``p_adjusted``, ``p_productive`` (largest Fisher p-value against the
-        rule's immediate generalisations, corrected over the multi-item rules;
-        equal to ``p_adjusted`` for single items) and ``significant`` (``p_adjusted <
-        alpha`` and ``p_productive < alpha``: an extra item counts only if it
-        raises the low-score rate beyond the shorter rule).
+        ``pvalue_adjusted``, ``pvalue_productive`` (largest Fisher p-value
+        against the rule's immediate generalisations, corrected over the
+        multi-item rules; equal to ``pvalue_adjusted`` for single items) and
+        ``significant`` (``pvalue_adjusted < alpha`` and ``pvalue_productive <
+        alpha``: an extra item counts only if it raises the low-score rate
+        beyond the shorter rule).
     n_tested : int
         Frequent antecedents examined (the multiple-comparison family).
     """
@@ -161,7 +165,7 @@ class PatternResult:
         return self.rules.loc[rule, "antecedent"]
 
 
-def find_error_patterns(
+def audit_error_patterns(
     data: pd.DataFrame,
     score: str,
     attributes: Sequence[str],
@@ -174,7 +178,7 @@ def find_error_patterns(
     min_lift: float = 1.0,
     max_len: int = 3,
     n_bins: int = 3,
-    correction: str = "holm",
+    correction: str = DEFAULT_CORRECTION,
     alpha: float = 0.05,
 ) -> PatternResult:
     """Mine the attribute values that co-occur with low scores (FHIBE error pattern recognition).
@@ -199,15 +203,15 @@ def find_error_patterns(
     n_bins : int
         Quantile bins for numeric attributes with many values.
     correction : {"holm", "bonferroni", "bh", "none"}
-        Multiple-comparison correction over every frequent antecedent.
+        Multiple-comparison correction over every frequent antecedent
+        (default :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`).
+    alpha : float
+        Significance level applied to the adjusted p-values.
 
     Returns
     -------
     PatternResult
     """
-    from fairvision.stats.corrections import adjust_pvalues
-    from fairvision.stats.itemsets import association_rules, fpgrowth
-
     src = str(data.attrs.get("source", "table"))
     if score not in data.columns:
         raise ColumnError(f"{src}: no score column {score!r}; columns are {', '.join(map(str, data.columns))}")
@@ -228,8 +232,8 @@ def find_error_patterns(
     itemsets = fpgrowth(x, min_support, max_len=max_len, item_names=names)
     antecedents = itemsets[[LOW_ITEM not in s and len(s) <= max_len - 1 for s in itemsets["itemsets"]]]
     n_tested = len(antecedents)
-    cols = ["items", "antecedent", "support", "confidence", "lift", "n", "n_matching", "pvalue", "p_adjusted",
-            "p_productive", "significant"]
+    cols = ["items", "antecedent", "support", "confidence", "lift", "n", "n_matching", "pvalue", "pvalue_adjusted",
+            "pvalue_productive", "significant"]
     if n_low == 0 or n_low == n or n_tested == 0:
         rules = pd.DataFrame(columns=cols)
     else:
@@ -252,9 +256,9 @@ def find_error_patterns(
         rules = pd.DataFrame(rows, columns=cols)
         if len(rules):
             # productivity of multi-item rules, corrected over those rules; single items: the Fisher test itself
-            prod_adj = adjust_pvalues(rules["p_productive"].to_numpy(dtype=float), correction)
-            rules["p_productive"] = np.where(np.isnan(prod_adj), rules["p_adjusted"], prod_adj)
-            rules["significant"] = (rules["p_adjusted"] < alpha) & (rules["p_productive"] < alpha)
+            prod_adj = adjust_pvalues(rules["pvalue_productive"].to_numpy(dtype=float), correction)
+            rules["pvalue_productive"] = np.where(np.isnan(prod_adj), rules["pvalue_adjusted"], prod_adj)
+            rules["significant"] = (rules["pvalue_adjusted"] < alpha) & (rules["pvalue_productive"] < alpha)
         if len(rules):
             rules = rules.sort_values(["lift", "support", "items"], ascending=[False, False, True], kind="mergesort")
     rules = rules.reset_index(drop=True)

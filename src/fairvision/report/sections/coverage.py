@@ -8,6 +8,7 @@ from fairvision.report.document import Section
 
 
 def coverage_section(cov: Coverage, *, id: str = "coverage", title: str | None = None) -> Section:
+    """Success rate of a measurement step by group, with the tests of equal rates."""
     s = Section(id, title or f"Coverage of the {cov.step} by group",
                 intro=f"Share of images for which the {cov.step} succeeded, per group, with 95% Wilson intervals. "
                       "A step that fails more often for one group is itself a bias.")
@@ -15,7 +16,8 @@ def coverage_section(cov: Coverage, *, id: str = "coverage", title: str | None =
     for f in cov.findings:
         s.note(f, "finding")
     if not cov.findings:
-        s.note(f"No group's {cov.step} rate differs significantly from the others (Bonferroni over attributes).")
+        s.note(f"No group's {cov.step} rate differs significantly from the others ({cov.correction} correction over "
+               "attributes).")
     s.table("coverage_by_group", cov.by_group, f"{cov.step} success by group")
     s.table("coverage_tests", cov.tests, "Tests of equal success rates across the groups of each attribute")
     fig_df = cov.by_group.rename(columns={"rate": "estimate"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from fairvision.audits.dataset import DatasetAudit
 from fairvision.audits.gates import describe
 from fairvision.report.document import Section
@@ -42,7 +41,7 @@ def dataset_section(audit: DatasetAudit, *, title: str = "Who is in the dataset"
     cols = ["k", "n_groups", "n_empty_groups", "nsd", "nsd_ci_low", "nsd_ci_high", "evenness", "effective_groups", "imbalance_ratio"]
     cols += [c for c in rep.columns if c.endswith("_ci_low") or c.endswith("_ci_high") if c not in cols]
     s.table("representation", rep[[c for c in cols if c in rep.columns]],
-            f"Representation per attribute set. CIs: {audit.ci_level:.0%} cluster bootstrap "
+            f"Representation per attribute set. CIs: {audit.level:.0%} cluster bootstrap "
             f"({audit.n_boot} resamples of {'subjects' if audit.subject_col else 'images'}), bias-corrected.")
     s.table("intersections_summary", audit.summary,
             f"Intersections in the layout of the FHIBE paper's Table 1 (images per non-empty group); "
@@ -76,7 +75,8 @@ def dataset_section(audit: DatasetAudit, *, title: str = "Who is in the dataset"
     if len(audit.association):
         s.table("association", audit.association,
                 "Association between attributes (and with the target): NMI = I(X;Y)/H(X,Y) in [0, 1]; "
-                "chi-square test of independence (no continuity correction) with Cramér's V; Bonferroni over the pairs.")
+                f"chi-square test of independence (no continuity correction) with Cramér's V; {audit.correction} correction "
+                "over the pairs (pvalue_adjusted).")
     if audit.diversity is not None:
         s.table("diversity", audit.diversity,
                 "Visual diversity: Vendi score (effective number of distinct images; cosine kernel on the given "

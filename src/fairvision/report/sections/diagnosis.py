@@ -1,4 +1,4 @@
-"""Report sections for bias diagnosis (METHODS.md section 4; Thong et al. section 4.3).
+"""Report sections for bias diagnosis (docs/METHODS.md §7; Thong et al. section 4.3).
 
 One function per analysis of :mod:`fairvision.audits.diagnosis`: error
 modelling, error patterns, confounder control, counterfactual sets and
@@ -127,7 +127,7 @@ def counterfactual_section(result, *, id: str = "diagnosis-counterfactual",
                "warning")
     for (m, v, cl), row in t[t["significant"]].iterrows():
         s.note(f"{m}: {v} changes the accuracy of class {cl} by {row['change']:+.1f} points "
-               f"({100 * row['acc_reference']:.1f}% → {100 * row['acc_variant']:.1f}%, p_adj = {row['p_adjusted']:.2g}).",
+               f"({100 * row['acc_reference']:.1f}% → {100 * row['acc_variant']:.1f}%, adjusted p = {row['pvalue_adjusted']:.2g}).",
                "finding")
     acc = result.accuracy.copy()
     acc.columns = [f"{v} / {c}" for v, c in acc.columns]
@@ -146,7 +146,7 @@ def counterfactual_section(result, *, id: str = "diagnosis-counterfactual",
 
 def transect_section(checks: pd.DataFrame, *, axis: str, delta: float, id: str = "diagnosis-transect",
                      title: str = "Colorimetric transect") -> Section:
-    """Section for a table of :attr:`TransectResult.check` dicts (one row per image)."""
+    """Section for a table of :attr:`~fairvision.audits.diagnosis.counterfactual.TransectResult.check` dicts (one row per image)."""
     name = "L*" if axis == "L" else "h*"
     unit = "" if axis == "L" else "°"
     s = Section(id, title, intro=(

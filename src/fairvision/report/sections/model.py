@@ -1,7 +1,7 @@
 """Report section of the model audit: forest plots of group metrics with CIs, disparity tables.
 
 Turns a :class:`fairvision.audits.model.ModelAuditResult` into a
-:class:`fairvision.report.Section` (issue 4; METHODS.md sections 4 and 7).
+:class:`fairvision.report.Section` (docs/METHODS.md §6.2, §6.3, §6.4).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.gates import describe
+from fairvision.groups import group_label
 from fairvision.report import Section
 from fairvision.report import plots
 
@@ -18,7 +19,7 @@ _MAX_FOREST_ROWS = 40
 
 def _forest_frame(table: pd.DataFrame, higher: bool) -> pd.DataFrame:
     df = table[table["n_samples"] > 0].copy()
-    df.index = [" × ".join(map(str, i)) if isinstance(i, tuple) else str(i) for i in df.index]
+    df.index = [group_label(i) for i in df.index]
     if len(df) > _MAX_FOREST_ROWS:
         order = df["mean"].sort_values(ascending=higher).index
         half = _MAX_FOREST_ROWS // 2
@@ -45,7 +46,7 @@ def model_section(result, *, conditions: list[dict] | None = None, title: str = 
             f"({result.n_boot:,} resamples). Pairs of groups are compared with two-sided Mann-Whitney U tests on "
             f"{unit}, corrected with {result.correction} within each attribute or intersection "
             f"(alpha {result.alpha}); for significant pairs the disparity D = 1 - MED(worst)/MED(best) "
-            "(FHIBE; METHODS.md section 4). Groups with fewer than "
+            "(FHIBE; docs/METHODS.md §6.3). Groups with fewer than "
             f"{result.min_subjects} subjects are listed but not compared."
         ),
     )
@@ -75,7 +76,7 @@ def model_section(result, *, conditions: list[dict] | None = None, title: str = 
         lead = top.iloc[0]
         sec.note(f"Largest disparity: {lead['metric']} by {lead['intersection']}: D = {lead['disparity']:.3f}, worst "
                  f"{lead['worst_group']} (median {lead['median_worst']:.4g}) vs best {lead['best_group']} "
-                 f"(median {lead['median_best']:.4g}), adjusted p = {lead['p_adjusted']:.3g}.", "finding")
+                 f"(median {lead['median_best']:.4g}), adjusted p = {lead['pvalue_adjusted']:.3g}.", "finding")
     else:
         sec.note("No pair of groups differs significantly after correction.")
     sec.table("summary", result.summary, "Worst and best group by mean, difference and ratio with bootstrap CIs, tests per attribute set")
@@ -100,14 +101,14 @@ def model_section(result, *, conditions: list[dict] | None = None, title: str = 
             pw = result.pairwise[(m, inter)]
             if len(pw):
                 sig = pw[pw["significant"].astype(bool)].sort_values("disparity", ascending=False)
-                cols = ["group_a", "group_b", "median_a", "median_b", "u", "p_value", "p_adjusted", "significant",
+                cols = ["group_a", "group_b", "median_a", "median_b", "u", "pvalue", "pvalue_adjusted", "significant",
                         "worst", "best", "disparity", "effect_size"]
                 sec.table(f"pairs_{m}_{inter}", pw[cols].astype({"group_a": str, "group_b": str, "worst": str, "best": str}),
                           f"Pairwise Mann-Whitney tests, {m} by {inter} ({len(sig)} of {len(pw)} significant)",
                           max_rows=30, highlight="significant")
     for inter, od in result.od.items():
-        sec.metrics(f"od_{inter}", {"OD": od.od, "CI low": od.ci_low, "CI high": od.ci_high},
-                    caption=f"Overall disparity of per-class recall by {inter} (METHODS.md 7), {int(od.level * 100)}% CI")
+        sec.metrics(f"od_{inter}", {"OD": od.estimate, "CI low": od.ci_low, "CI high": od.ci_high},
+                    caption=f"Overall disparity of per-class recall by {inter} (docs/METHODS.md §6.4), {int(od.level * 100)}% CI")
         if od.recall.size <= 400:
             fig = plots.heatmap(od.recall, title=f"Recall by class and {inter}", vmin=0, vmax=1, cbar_label="recall")
             sec.figure(f"recall_{inter}", fig, f"Recall of each class within each group ({inter})",

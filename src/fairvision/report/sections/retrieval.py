@@ -1,4 +1,4 @@
-"""Report section of the retrieval audit (issue 5; METHODS.md section 5; Khaziev et al.).
+"""Report section of the retrieval audit (docs/METHODS.md §8; Khaziev et al.).
 
 Turns a :class:`fairvision.audits.retrieval.RetrievalAudit` into a
 :class:`fairvision.report.Section`: key figures, the contingency table as a
@@ -11,19 +11,19 @@ nRR at the target power against catalog size for RR < 1 and RR > 1. No images.
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from fairvision.report import Section
 from fairvision.report import plots
 
-_CONTRAST_COLS = ["n_queries", "n_results", "share", "catalog_share", "chi2", "p_value", "method", "p_adj", "reject",
-                  "rr", "rr_low", "rr_high", "nrr", "fair_80", "too_small"]
+_CONTRAST_COLS = ["n_queries", "n_results", "share", "catalog_share", "statistic", "pvalue", "method", "pvalue_adjusted",
+                  "reject", "rr", "rr_ci_low", "rr_ci_high", "nrr", "fair_80", "too_small"]
 
 
 def _plain_log_ticks(ax, axis: str = "x") -> None:
     """Log scale with plain numbers (0.5, 1, 2) instead of 5 x 10^-1."""
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
     a = ax.xaxis if axis == "x" else ax.yaxis
     fmt = ScalarFormatter()
     fmt.set_scientific(False)
@@ -32,8 +32,6 @@ def _plain_log_ticks(ax, axis: str = "x") -> None:
 
 
 def _power_figure(audit):
-    import matplotlib.pyplot as plt
-
     pc, det = audit.power_curves, audit.detectable
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     ax = axes[0]
@@ -78,12 +76,12 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
         title,
         intro=(
             f"Does the {attr!r} of a query leak into its top-{par.k} results? Distribution parity "
-            "(Khaziev et al.; METHODS.md section 5): the contingency table counts the values of the results of "
+            "(Khaziev et al.; docs/METHODS.md §8.1, §8.2): the contingency table counts the values of the results of "
             "all queries with each value, plus a catalog row. The omnibus chi-square test checks the whole table "
             "(top-K set: the weak condition; per rank: the strong condition); the contrast test of each value "
             "compares its queries' share of same-value results with the catalog share, with the risk ratio RR, a 95% "
             f"Katz-log CI and the 80% rule (fair if nRR = min(RR, 1/RR) >= 0.8). Significance level {par.alpha:g}; "
-            f"contrast p-values corrected with {par.correction}; Yates' correction {'on' if par.yates else 'off'}."
+            f"contrast p-values corrected with {par.correction}; continuity correction {'on' if par.continuity else 'off'}."
         ),
     )
     om = par.omnibus
@@ -91,17 +89,17 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
         "queries": par.n_queries,
         "catalog items": par.n_catalog,
         "K": par.k,
-        f"omnibus chi2({om.dof})": om.statistic,
-        "omnibus p": om.p_value,
-        "bias detected": bool(om.p_value < par.alpha),
+        f"omnibus chi2({om.df})": om.statistic,
+        "omnibus p": om.pvalue,
+        "bias detected": bool(om.pvalue < par.alpha),
         "values failing 80% rule": int((~par.contrasts["fair_80"].fillna(True).astype(bool)).sum()),
     })
-    if om.p_value < par.alpha:
-        sec.note(f"The omnibus test rejects distribution parity (chi2({om.dof}) = {om.statistic:.4g}, "
-                 f"p = {om.p_value:.3g} < {par.alpha:g}).", level="finding")
+    if om.pvalue < par.alpha:
+        sec.note(f"The omnibus test rejects distribution parity (chi2({om.df}) = {om.statistic:.4g}, "
+                 f"p = {om.pvalue:.3g} < {par.alpha:g}).", level="finding")
     else:
-        sec.note(f"The omnibus test does not reject distribution parity (chi2({om.dof}) = {om.statistic:.4g}, "
-                 f"p = {om.p_value:.3g}); check the power analysis below before reading this as fairness.")
+        sec.note(f"The omnibus test does not reject distribution parity (chi2({om.df}) = {om.statistic:.4g}, "
+                 f"p = {om.pvalue:.3g}); check the power analysis below before reading this as fairness.")
     if om.method != "chi2":
         sec.note(f"Small expected counts in the omnibus table (smallest {om.min_expected:.3g}): its p-value is a "
                  "Monte Carlo test conditional on the margins.", level="warning")
@@ -132,18 +130,18 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
     fdf = con[np.isfinite(con["rr"].to_numpy(dtype=float)) & (con["rr"].to_numpy(dtype=float) > 0)].copy()
     if len(fdf):
         fdf["flag"] = fdf["reject"].astype(bool) & ~fdf["fair_80"].astype(bool)
-        hi_cap = np.where(np.isfinite(fdf["rr_high"].to_numpy(dtype=float)), fdf["rr_high"].to_numpy(dtype=float), np.nan)
-        fdf["rr_high_plot"] = hi_cap
-        fig = plots.forest(fdf, estimate="rr", low="rr_low", high="rr_high_plot", reference=1.0, band=(0.8, 1.25),
+        hi_cap = np.where(np.isfinite(fdf["rr_ci_high"].to_numpy(dtype=float)), fdf["rr_ci_high"].to_numpy(dtype=float), np.nan)
+        fdf["rr_ci_high_plot"] = hi_cap
+        fig = plots.forest(fdf, estimate="rr", low="rr_ci_low", high="rr_ci_high_plot", reference=1.0, band=(0.8, 1.25),
                            flag="flag", xlabel="risk ratio RR (log scale)", title="Risk ratio of same-value results per query value")
         fig.axes[0].set_xscale("log")
         _plain_log_ticks(fig.axes[0])
         sec.figure("risk_ratio", fig, caption="RR with 95% Katz CI; the shaded band 0.8-1.25 is fair under the 80% rule; "
                    "red: significant after correction and outside the band.",
-                   data=fdf[["rr", "rr_low", "rr_high"]].reset_index().to_dict(orient="list"))
+                   data=fdf[["rr", "rr_ci_low", "rr_ci_high"]].reset_index().to_dict(orient="list"))
     pr = par.per_rank
     if len(pr):
-        sec.table("per_rank", pr[["statistic", "dof", "p_value", "method", "p_adj", "reject"]],
+        sec.table("per_rank", pr[["statistic", "df", "pvalue", "method", "pvalue_adjusted", "reject"]],
                   caption="Strong condition: the omnibus test at each rank (corrected over ranks).", highlight="reject")
     if audit.power_curves is not None:
         sec.text(

@@ -1,4 +1,4 @@
-"""Report section for apparent skin colour (Thong et al. Tables 1-2, Figure 2; METHODS.md section 1)."""
+"""Report section for apparent skin colour (Thong et al. Tables 1-2, Figure 2; docs/METHODS.md §2.4)."""
 
 from __future__ import annotations
 
@@ -73,20 +73,20 @@ def _dist_blocks(sec: Section, d: SkinDistribution, suffix: str = ""):
                   caption=f"Skin colour cells within each group{tag}; highlighted groups are too small to judge.")
         if d.group_test is not None and np.isfinite(d.group_test.statistic):
             g = d.group_test
-            sec.metrics(f"group_test{suffix}", {"chi-square": g.statistic, "dof": g.dof, "p-value": g.pvalue, "n": g.n},
+            sec.metrics(f"group_test{suffix}", {"chi-square": g.statistic, "df": g.df, "p-value": g.pvalue, "n": g.n},
                         caption="Chi-square test of homogeneity of the skin colour cells across groups (groups too "
                                 "small to judge left out).")
             if not g.reliable:
-                sec.note(f"Smallest expected count {g.min_expected:.1f} < 5: the group test's chi-square "
-                         "approximation is unreliable.", "warning")
+                sec.note(f"Smallest expected count {g.min_expected:.1f}: expected counts fail Cochran's rule, so the "
+                         "group test's chi-square approximation is unreliable.", "warning")
     for n in d.notes:
         sec.note(n, "warning" if "too small" in n or "no skin colour" in n else "info")
 
 
 def skin_section(result: SkinDistribution | SkinComparison, *, title: str = "Apparent skin colour",
                  id: str = "skin-colour") -> Section:
-    """Turn a :func:`~fairvision.audits.skin.skin_distribution` or
-    :func:`~fairvision.audits.skin.compare_skin` result into a report section.
+    """Turn a :func:`~fairvision.audits.skin.audit_skin_distribution` or
+    :func:`~fairvision.audits.skin.audit_skin_comparison` result into a report section.
 
     Shows the light/dark x red/yellow table (Thong Table 1), cell CIs, the
     20-bin histograms of L* and h*, an L* vs h* scatter with the thresholds,
@@ -104,7 +104,7 @@ def skin_section(result: SkinDistribution | SkinComparison, *, title: str = "App
     if isinstance(result, SkinComparison):
         t = result.test
         a, b = result.names
-        sec.metrics("comparison", {"chi-square": t.statistic, "dof": t.dof, "p-value": t.pvalue, "n": t.n},
+        sec.metrics("comparison", {"chi-square": t.statistic, "df": t.df, "p-value": t.pvalue, "n": t.n},
                     caption=f"Chi-square test of homogeneity: do {a} and {b} share one light/dark x red/yellow distribution?")
         if np.isfinite(t.pvalue):
             verdict = "differ" if t.pvalue < 0.05 else "do not differ detectably"

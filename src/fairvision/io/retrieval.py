@@ -1,4 +1,4 @@
-"""Readers for retrieval audits: ranked results, item tables and embeddings.
+"""Readers for retrieval audits: ranked results and item tables (embeddings: :mod:`fairvision.io.embeddings`).
 
 Results come as
 
@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.io.tables import read_raw_table, read_table
 
 RESULT_COLUMNS = ("query_id", "rank", "item_id")
 _QUERY_ALIASES = ("query_id", "query", "qid", "query_item", "query_item_id")
@@ -38,7 +39,8 @@ ITEM_ID_ALIASES = ("item_id", "sample_id", "id", "image_id", "product_id")
 _TREC_SUFFIXES = (".run", ".trec", ".res")
 
 
-def _pick(df: pd.DataFrame, aliases, explicit: str | None, source: str, role: str) -> str | None:
+def pick_column(df: pd.DataFrame, aliases, explicit: str | None, source: str, role: str) -> str | None:
+    """The column ``explicit`` (which must exist), else the first of ``aliases`` present, else None."""
     if explicit is not None:
         if explicit not in df.columns:
             raise ColumnError(f"{source}: no column {explicit!r} for {role}; columns are {', '.join(map(str, df.columns))}")
@@ -153,15 +155,13 @@ def read_results(
                     raise InputFileError(f"{path}: expected a mapping query -> ranked item list, or a list of records")
                 df = pd.DataFrame.from_records(data)
         else:
-            from fairvision.io.tables import read_raw_table
-
             df = read_raw_table(path)
     if len(df) == 0:
         raise InputFileError(f"{name}: no results")
     df.columns = [str(c) for c in df.columns]
-    qc = _pick(df, _QUERY_ALIASES, query_col, name, "the query id")
-    ic = _pick(df, _ITEM_ALIASES, item_col, name, "the result item id")
-    rc = _pick(df, _RANK_ALIASES, rank_col, name, "the rank")
+    qc = pick_column(df, _QUERY_ALIASES, query_col, name, "the query id")
+    ic = pick_column(df, _ITEM_ALIASES, item_col, name, "the result item id")
+    rc = pick_column(df, _RANK_ALIASES, rank_col, name, "the rank")
     if qc is None:
         raise ColumnError(f"{name}: no query id column (query_id, query or qid); columns are {', '.join(df.columns)}")
     if ic is None:
@@ -206,18 +206,23 @@ def read_items(source, attribute: str | None = None, *, id_col: str | None = Non
     id_col : str, optional
         The id column (default: ``item_id``, ``sample_id``, ``id``,
         ``image_id`` or ``product_id``).
+    name : str
+        Names the table in error messages when ``source`` is a DataFrame.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The table with its id column renamed ``item_id`` (string, unique).
     """
     if isinstance(source, pd.DataFrame):
         df = source.copy()
         label = df.attrs.get("source", name)
     else:
-        from fairvision.io.tables import read_table
-
         path = Path(source)
         label = str(path)
         df = read_table(path)
     df.columns = [str(c) for c in df.columns]
-    col = _pick(df, ITEM_ID_ALIASES, id_col, label, "the item id")
+    col = pick_column(df, ITEM_ID_ALIASES, id_col, label, "the item id")
     if col is None:
         raise ColumnError(f"{label}: no item id column (item_id, sample_id, id or image_id); columns are {', '.join(df.columns)}")
     if col != "item_id":
@@ -236,101 +241,6 @@ def read_items(source, attribute: str | None = None, *, id_col: str | None = Non
         raise ColumnError(f"{label}: no column {attribute!r} for the protected attribute; columns are {', '.join(df.columns)}")
     df.attrs["source"] = label
     return df
-
-
-def read_embeddings(source, *, id_col: str | None = None, column: str | None = None) -> tuple[np.ndarray, list[str]]:
-    """Read an embedding matrix and its item ids.
-
-    Parameters
-    ----------
-    source : path-like, numpy.ndarray or DataFrame
-        ``.npy`` (an (n, d) array; ids are ``0..n-1`` unless a ``.ids.txt`` /
-        ``_ids.txt`` file lies next to it, one id per line), ``.npz`` (arrays
-        ``embeddings`` and optionally ``ids``), or a table (Parquet, CSV, ...)
-        with an id column and either one list-valued column (``embedding``,
-        ``vector``, or ``column``) or numeric columns, one per dimension.
-
-    Returns
-    -------
-    embeddings : numpy.ndarray, shape (n, d), float32
-    ids : list of str
-    """
-    label = "embeddings"
-    if isinstance(source, np.ndarray):
-        x = source
-        ids = [str(i) for i in range(len(x))]
-    elif isinstance(source, pd.DataFrame):
-        x, ids = _embeddings_from_frame(source, label, id_col, column)
-    else:
-        path = Path(source)
-        label = str(path)
-        if not path.is_file():
-            raise InputFileError(f"{path}: no such file")
-        suf = path.suffix.lower()
-        if suf == ".npy":
-            try:
-                x = np.load(path, allow_pickle=False)
-            except (ValueError, OSError) as exc:
-                raise InputFileError(f"{path}: cannot read as .npy: {str(exc).splitlines()[0]}") from None
-            ids = None
-            for cand in (path.with_suffix(".ids.txt"), path.with_name(path.stem + "_ids.txt")):
-                if cand.is_file():
-                    ids = [ln.strip() for ln in cand.read_text(encoding="utf-8").splitlines() if ln.strip()]
-                    if len(ids) != len(x):
-                        raise InputFileError(f"{cand}: {len(ids)} ids for {len(x)} embeddings")
-                    break
-            ids = ids or [str(i) for i in range(len(x))]
-        elif suf == ".npz":
-            try:
-                z = np.load(path, allow_pickle=False)
-            except (ValueError, OSError) as exc:
-                raise InputFileError(f"{path}: cannot read as .npz: {str(exc).splitlines()[0]}") from None
-            key = "embeddings" if "embeddings" in z.files else (z.files[0] if len(z.files) == 1 else None)
-            if key is None:
-                raise InputFileError(f"{path}: no array named 'embeddings' (arrays: {', '.join(z.files)})")
-            x = z[key]
-            ids = [str(i) for i in z["ids"]] if "ids" in z.files else [str(i) for i in range(len(x))]
-            if len(ids) != len(x):
-                raise InputFileError(f"{path}: {len(ids)} ids for {len(x)} embeddings")
-        else:
-            from fairvision.io.tables import read_raw_table
-
-            x, ids = _embeddings_from_frame(read_raw_table(path), label, id_col, column)
-    x = np.asarray(x)
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise InputFileError(f"{label}: expected a non-empty 2-D array (items x dimensions), got shape {x.shape}")
-    if not np.issubdtype(x.dtype, np.number):
-        raise InputFileError(f"{label}: embeddings are not numeric ({x.dtype})")
-    x = x.astype(np.float32, copy=False)
-    bad = ~np.isfinite(x).all(axis=1)
-    if bad.any():
-        raise InputFileError(f"{label}: row {int(np.flatnonzero(bad)[0]) + 1}: embedding has NaN or infinite values")
-    if len(set(ids)) != len(ids):
-        s = pd.Series(ids)
-        i = int(np.flatnonzero(s.duplicated().to_numpy())[0])
-        raise InputFileError(f"{label}: row {i + 1}: duplicate id {ids[i]!r}")
-    return x, list(ids)
-
-
-def _embeddings_from_frame(df: pd.DataFrame, label: str, id_col: str | None, column: str | None):
-    df = df.copy()
-    df.columns = [str(c) for c in df.columns]
-    idc = _pick(df, ITEM_ID_ALIASES, id_col, label, "the item id")
-    ids = df[idc].astype(str).tolist() if idc else [str(i) for i in range(len(df))]
-    rest = df.drop(columns=[idc]) if idc else df
-    vec_col = _pick(rest, ("embedding", "vector", "embeddings", "features"), column, label, "the embedding")
-    if vec_col is not None:
-        vals = rest[vec_col].tolist()
-        lens = {len(v) if hasattr(v, "__len__") else -1 for v in vals}
-        if len(lens) != 1 or -1 in lens:
-            lengths = [len(v) if hasattr(v, "__len__") else -1 for v in vals]
-            i = next(i for i, n in enumerate(lengths) if n != lengths[0] or n == -1) if len(lens) > 1 else 0
-            raise InputFileError(f"{label}: row {i + 1}: embedding {vec_col!r} has a different length or is not a list")
-        return np.asarray([np.asarray(v, dtype=float) for v in vals]), ids
-    num = rest.select_dtypes("number")
-    if num.shape[1] == 0:
-        raise ColumnError(f"{label}: no embedding column ('embedding' list column or numeric columns)")
-    return num.to_numpy(dtype=float), ids
 
 
 def attach_paths(items: pd.DataFrame) -> pd.DataFrame:

@@ -1,9 +1,10 @@
-"""k-nearest-neighbour visual search over embeddings (the paper's section 3.3.1).
+"""k-nearest-neighbour visual search over embeddings (docs/METHODS.md §8.4).
 
-Khaziev et al. retrieve the K most similar catalog images of every query with
-a k-nearest-neighbour search under the Minkowski distance; this module does
-that for any embedding matrix and returns the ``(query_id, rank, item_id)``
-results table that :func:`fairvision.stats.parity.parity_test` reads.
+Khaziev et al. (section 3.3.1) retrieve the K most similar catalog images of
+every query with a k-nearest-neighbour search under the Minkowski distance;
+this module does that for any embedding matrix and returns the
+``(query_id, rank, item_id)`` results table that
+:func:`fairvision.audits.retrieval.parity_from_results` tests.
 
 The search is blockwise and vectorised: for a block of queries it computes the
 screening distances to the whole catalog with one float32 matrix product
@@ -56,7 +57,24 @@ def _exact(metric: str, p: float, q: np.ndarray, x: np.ndarray, xnorm: np.ndarra
 
 
 def exact_distances(x: np.ndarray, q: np.ndarray, *, metric: str = "euclidean", p: float = 2.0) -> np.ndarray:
-    """Exact float64 distances from one query ``q`` (d,) to every row of ``x`` (n, d): the reference computation."""
+    """Exact float64 distances from one query to every catalog row: the reference computation.
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        The catalog's embeddings.
+    q : array_like, shape (d,)
+        One query embedding.
+    metric : {"minkowski", "euclidean", "manhattan", "chebyshev", "cosine"}
+        Distance, as for :func:`knn_search`.
+    p : float
+        Minkowski order.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n,)
+        float64 distances.
+    """
     metric, p = _normalise_metric(metric, p)
     x64 = np.asarray(x, dtype=np.float64)
     xnorm = np.sqrt(np.sum(x64 * x64, axis=-1))[None, :] if metric == "cosine" else None
@@ -96,7 +114,7 @@ def knn_search(
     margin: int = 8,
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
-    """The ``k`` nearest catalog items of every query.
+    """The ``k`` nearest catalog items of every query (docs/METHODS.md §8.4).
 
     Parameters
     ----------
