@@ -28,7 +28,7 @@ def synth(n_subj=300, per=2, planted=True, seed=0):
     tone = np.where(rng.random(n_subj) < 0.5, "dark", "light")[subj]
     lighting = np.where(rng.random(n) < np.where(tone == "dark", 0.7, 0.2), "dim", "bright")
     age = rng.integers(18, 80, n).astype(float)
-    age[rng.random(n) < 0.1] = np.nan
+    age[rng.random(n) < 0.1] = np.nan  # empty cells on purpose: the audits below keep them (missing="keep")
     score = rng.normal(0.8, 0.08, n) - (0.25 * (lighting == "dim") if planted else 0.0)
     return pd.DataFrame({"subject_id": subj.astype(str), "skin_tone": tone, "lighting": lighting,
                          "visible_keypoints": rng.integers(0, 18, n), "pose": rng.choice(["standing", "sitting", "lying"], n),
@@ -41,7 +41,7 @@ def planted():
 
 
 def test_error_model_ranks_planted_feature_first(planted):
-    r = audit_error_model(planted, "score", FEATURES, n_estimators=60, n_boot=400)
+    r = audit_error_model(planted, "score", FEATURES, n_estimators=60, n_boot=400, missing="keep")
     assert r.importances.index[0] == "lighting"
     assert r.importances.sort_values("permutation", ascending=False).index[0] == "lighting"
     assert "lighting" in r.selected and r.explained
@@ -55,14 +55,14 @@ def test_error_model_ranks_planted_feature_first(planted):
 
 
 def test_error_model_without_cause_explains_nothing():
-    r = audit_error_model(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200)
+    r = audit_error_model(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200, missing="keep")
     assert not r.explained and r.r2_forest < 0.02
     assert r.meta["n_leaves"] == 1 and r.rules["condition"].tolist() == ["all samples"]  # no rule flagged
 
 
 def test_error_model_reproducible_under_seed(planted):
-    a = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
-    b = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7)
+    a = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7, missing="keep")
+    b = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7, missing="keep")
     pd.testing.assert_frame_equal(a.importances, b.importances)
     pd.testing.assert_frame_equal(a.rules, b.rules)
 
@@ -216,6 +216,7 @@ def test_subject_bootstrap_is_wider_than_image_bootstrap_for_clustered_scores():
 
 def test_error_model_permutation_ranking_and_categorical_dtypes(planted):
     d = planted.assign(lighting=pd.Categorical(planted["lighting"]), occluded=planted["visible_keypoints"] < 4)
-    r = audit_error_model(d, "score", FEATURES + ["occluded"], importance="permutation", n_estimators=40, n_boot=200)
+    r = audit_error_model(d, "score", FEATURES + ["occluded"], importance="permutation", n_estimators=40, n_boot=200,
+                          missing="keep")
     assert r.importance == "permutation" and r.importances.index[0] == "lighting"
     assert r.importances.loc["occluded", "kind"] == "categorical"

@@ -35,6 +35,10 @@ MISSING_LABEL = "(missing)"
 FHIBE_AGE_BINS = (18, 30, 40, 50, 60, math.inf)
 FHIBE_AGE_LABELS = ("18-29", "30-39", "40-49", "50-59", "60+")
 
+#: a numeric column with more distinct values than this, used as a category without bins, is refused:
+#: it is almost surely continuous (an age in years, a score), and 500 one-person groups audit nothing
+MAX_NUMERIC_CATEGORIES = 20
+
 #: FairFace's age groups, in order.
 FAIRFACE_AGE_GROUPS = ("0-2", "3-9", "10-19", "20-29", "30-39", "40-49", "50-59", "60-69", "70+")
 
@@ -191,8 +195,34 @@ class Attribute:
             values = series
 
         if not self.multi and not self.hierarchy:
+            self._check_single_valued(values, source)
+            if self.bins is None and self.categories is None:
+                self._check_not_continuous(values, source)
             return self._single(values, n, source)
         return self._expanded(values, source)
+
+    def _check_single_valued(self, values: pd.Series, source: str) -> None:
+        """A list, array or mapping in a cell (a list-valued Parquet column) needs ``multi``."""
+        if values.dtype != object:
+            return
+        nested = np.fromiter((isinstance(v, (list, tuple, set, dict, np.ndarray)) for v in values.to_numpy()),
+                             dtype=bool, count=len(values))
+        if nested.any():
+            row = int(np.flatnonzero(nested)[0])
+            raise ColumnError(
+                f"{source}: row {row + 1}: column {self.source!r} holds a {type(values.iloc[row]).__name__} "
+                f"({values.iloc[row]!r:.60}), not one value; declare it multi-valued (--multi {self.source} or "
+                f'"multi": true in a schema) or give one value per cell')
+
+    def _check_not_continuous(self, values: pd.Series, source: str) -> None:
+        if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+            return
+        n = int(values.nunique(dropna=True))
+        if n > MAX_NUMERIC_CATEGORIES:
+            raise ColumnError(
+                f"{source}: column {self.source!r} has {n} distinct numeric values, too many to be groups; give bins "
+                f'in a --schema file (e.g. {{"attributes": {{"{self.name}": {{"column": "{self.source}", '
+                f'"bins": [...], "labels": [...]}}}}}}) or use a categorical column')
 
     def _binned(self, series: pd.Series, source: str) -> pd.Series:
         numeric = pd.to_numeric(series, errors="coerce")

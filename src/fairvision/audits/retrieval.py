@@ -33,6 +33,8 @@ import pandas as pd
 from fairvision.audits.skin_batch import measure_images
 from fairvision.errors import FairvisionError
 from fairvision.io.retrieval import read_items, read_results
+from fairvision.io.validate import empty_cells, missing_rows
+from fairvision.schema import MISSING_LABEL
 from fairvision.skin.categories import st_class
 from fairvision.stats.chisquare import DEFAULT_MC_SAMPLES
 from fairvision.stats.corrections import DEFAULT_CORRECTION
@@ -132,6 +134,18 @@ def measure_skin_attribute(items: pd.DataFrame, *, workers: int = 1, mask_method
     return out
 
 
+def _apply_missing(items: pd.DataFrame, attribute: str, rule: str) -> pd.Series:
+    """The attribute column under the ``--missing`` rule: NaN marks a left-out item."""
+    values = items[attribute]
+    missing_rows(items, [attribute], rule, source=items.attrs.get("source", "items"))  # raises for "error"
+    empty = empty_cells(values)
+    if rule == "keep" and empty.any():
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            values = values.cat.add_categories([MISSING_LABEL])
+        return values.where(~empty, MISSING_LABEL)
+    return values.where(~empty)
+
+
 def parity_from_results(
     results,
     items,
@@ -149,6 +163,7 @@ def parity_from_results(
     min_queries: int = 10,
     categories: Sequence | None = None,
     level: float = 0.95,
+    missing: str = "error",
 ) -> ParityResult:
     """Distribution parity test of ranked results against an item table (docs/METHODS.md §8.1, §8.2).
 
@@ -164,9 +179,8 @@ def parity_from_results(
         a results file / TREC run file.
     items : pandas.DataFrame or path
         One row per item with an id column and ``attribute``. Query ids are
-        looked up here too (queries may be catalog items). Items whose
-        attribute is missing are left out (the paper keeps only images with an
-        ITA value); their count is in ``result.dropped``.
+        looked up here too (queries may be catalog items). Empty attribute
+        cells follow ``missing``.
     attribute : str
         The protected attribute column.
     k : int
@@ -178,6 +192,11 @@ def parity_from_results(
         one of its aliases).
     alpha, correction, continuity, exact, mc_samples, seed, min_queries, categories, level
         See :func:`fairvision.stats.parity.parity_test`.
+    missing : {"error", "drop", "keep"}
+        Items with an empty attribute cell: stop naming the row (default),
+        leave them out (the paper keeps only images with an ITA value; their
+        count is in ``result.dropped``), or keep them as a value of their own,
+        ``(missing)``.
 
     Returns
     -------
@@ -188,9 +207,10 @@ def parity_from_results(
     items = read_items(items, attribute, id_col=id_col)
     catalog = items if catalog is None else read_items(catalog, attribute, id_col=id_col, name="catalog")
     ids = items["item_id"]
-    attr = items[attribute]
-    missing = attr.isna().to_numpy()
-    lookup = pd.Series(attr.to_numpy(dtype=object)[~missing], index=ids.to_numpy()[~missing])
+    attr = _apply_missing(items, attribute, missing)
+    catalog_attr = attr if catalog is items else _apply_missing(catalog, attribute, missing)
+    absent = attr.isna().to_numpy()
+    lookup = pd.Series(attr.to_numpy(dtype=object)[~absent], index=ids.to_numpy()[~absent])
     known = set(ids)
     qids = results["query_id"].astype(str)
     iids = results["item_id"].astype(str)
@@ -198,11 +218,16 @@ def parity_from_results(
         unknown = ~col.isin(known).to_numpy()
         if unknown.any():
             i = int(np.flatnonzero(unknown)[0])
-            raise FairvisionError(f"results: row {i + 1}: {name} {col.iloc[i]!r} is not in the items table")
+            raise FairvisionError(f"{results.attrs.get('source', 'results')}: row {i + 1}: {name} {col.iloc[i]!r} "
+                                  f"is not in the items table")
+    depth = int(qids.value_counts().max()) if len(qids) else 0
+    if k > depth:
+        raise FairvisionError(f"{results.attrs.get('source', 'results')}: -k {k} but the deepest run has {depth} results "
+                              f"per query; use -k {depth} or less")
     qv = qids.map(lookup)
     rv = iids.map(lookup)
     ok = qv.notna().to_numpy() & rv.notna().to_numpy()
-    cat_vals = catalog[attribute]
+    cat_vals = catalog_attr
     cat_ok = cat_vals.notna().to_numpy()
     if categories is None and isinstance(attr.dtype, pd.CategoricalDtype):
         categories = list(attr.cat.categories)
@@ -235,6 +260,7 @@ def audit_retrieval(
     seed: int = 0,
     embedding_status: pd.DataFrame | None = None,
     progress: Callable[[str], None] | None = None,
+    missing: str = "error",
 ) -> RetrievalAudit:
     """Run the retrieval audit.
 
@@ -250,7 +276,7 @@ def audit_retrieval(
         The protected attribute.
     catalog : pandas.DataFrame, optional
         Default: ``items``.
-    k, alpha, correction, continuity, exact, min_queries
+    k, alpha, correction, continuity, exact, min_queries, missing
         See :func:`parity_from_results`.
     power_trials : int
         Monte Carlo trials of the power analysis (0 skips it).
@@ -268,7 +294,7 @@ def audit_retrieval(
     say = progress or (lambda msg: None)
     say("parity tests")
     par = parity_from_results(results, items, attribute, k, catalog=catalog, alpha=alpha, correction=correction,
-                              continuity=continuity, exact=exact, min_queries=min_queries, seed=seed)
+                              continuity=continuity, exact=exact, min_queries=min_queries, seed=seed, missing=missing)
     cat_row = par.table.loc[CATALOG_ROW].astype(float)
     if cat_row.sum() == 0:
         raise FairvisionError(f"the catalog has no item with a value of {attribute!r}")

@@ -245,11 +245,12 @@ def _progress_reporter(progress, total: int):
             progress(state["done"], total)
 
         return cb, lambda: None
-    if not progress:
+    console = Console(stderr=True)
+    if not progress or not console.is_terminal:  # off a terminal a bar only leaves a blank line in the log
         return None, lambda: None
     bar = Progress(
         TextColumn("measuring skin colour"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
+        console=console, transient=True,
     )
     try:
         bar.start()

@@ -6,8 +6,9 @@ Each command group lives in its own module here (``dataset``, ``skin``,
 function, so command modules stay small and import their heavy dependencies
 only when a command runs.
 
-User mistakes (:class:`~fairvision.errors.FairvisionError`) are printed as one
-line, ``error: ...``, with exit status 2 and no traceback.
+Exit statuses (the same for every command): 0 success, 1 a ``--fail-if`` gate
+held, 2 bad input or usage (one line, ``error: ...``, no traceback), 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -65,39 +66,55 @@ for _name in COMMAND_MODULES:
     _mod.register(app, audit_app)
 
 
-def fail(message: str, code: int = 2) -> "typer.Exit":
-    """Print ``error: message`` on one line to stderr and return an Exit to raise."""
-    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
-    return typer.Exit(code)
+class Interrupted(BaseException):
+    """Ctrl-C, raised by our SIGINT handler instead of KeyboardInterrupt (which click turns into a
+    blank line and an Abort)."""
+
+
+def _on_sigint(signum, frame):
+    raise Interrupted()
+
+
+#: the exit statuses of every command (README, "Exit status")
+EXIT_OK, EXIT_GATE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+INTERRUPTED_MESSAGE = ("error: interrupted; nothing half-written was left (reports and tables are written only "
+                       "when complete); finished measurements in a --cache folder are kept")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI and return its exit status.
 
-    User errors (:class:`FairvisionError`) become one line on stderr and exit
-    status 2; usage errors print click's message and exit 2; a command that
-    raises ``typer.Exit(code)`` (e.g. a ``--fail-if`` gate) returns ``code``.
+    0 success; 1 a ``--fail-if`` gate held (the report is written); 2 bad
+    input or usage (one line on stderr: ``error: ...``, no traceback); 130
+    interrupted (Ctrl-C), with one line saying what was kept.
     """
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, _on_sigint)
     try:
         rv = app(args=argv, standalone_mode=False)
     except FairvisionError as exc:
         typer.echo(f"error: {exc}", err=True)
-        return 2
+        return EXIT_INPUT
     except typer.Exit as exc:
         return exc.exit_code
-    except typer.Abort:
-        typer.echo("error: aborted", err=True)
-        return 130
-    except KeyboardInterrupt:
-        typer.echo("error: interrupted; nothing was overwritten", err=True)
-        return 130
+    except (Interrupted, KeyboardInterrupt, typer.Abort):
+        typer.echo(INTERRUPTED_MESSAGE, err=True)
+        return EXIT_INTERRUPTED
     except Exception as exc:
         # click's usage errors (bad option, missing argument): typer vendors click, so match by duck type
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
-            return exc.exit_code
+            return EXIT_INPUT
         raise
-    return rv if isinstance(rv, int) else 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return rv if isinstance(rv, int) else EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

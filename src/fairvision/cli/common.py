@@ -11,6 +11,7 @@ from rich.console import Console
 
 from fairvision.audits.gates import failure_message
 from fairvision.errors import FairvisionError
+from fairvision.io.validate import check_writable
 
 
 def console():
@@ -30,10 +31,21 @@ def status(message: str) -> Iterator:
 
 
 def check_outdir(outdir: Path) -> Path:
+    """Before any work: the output folder is a folder (or can be made) and can be written."""
     outdir = Path(outdir)
     if outdir.exists() and not outdir.is_dir():
         raise FairvisionError(f"{outdir}: exists and is not a folder")
-    return outdir
+    return check_writable(outdir, kind="output folder")
+
+
+def check_output_file(path: Path, suffixes: tuple[str, ...]) -> Path:
+    """Before any work: an output table path with a known extension that can be written."""
+    path = Path(path)
+    if path.exists() and path.is_dir():
+        raise FairvisionError(f"{path}: is a folder; give an output file such as out{suffixes[0]}")
+    if path.suffix.lower() not in suffixes:
+        raise FairvisionError(f"{path}: unknown output format {path.suffix!r}; use {', '.join(suffixes)}")
+    return check_writable(path, kind="output file")
 
 
 def exit_if_gates_failed(gates) -> None:

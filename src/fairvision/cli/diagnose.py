@@ -39,26 +39,39 @@ _METRIC = typer.Option(..., "--metric", "-m", help="Per-sample score column (e.g
 _OUT = typer.Option(Path("fairvision-diagnosis"), "--output", "-o", help="Output folder for report.html, report.json and tables/.")
 _SUBJ = typer.Option(None, "--subject-col", help="Column identifying the person (default: subject_id if present); resampling and tests count people, not images.")
 _LOWER = typer.Option(False, "--lower-is-better", help="The score is an error (LPIPS, distance): lower is better.")
+_MISSING = typer.Option("error", "--missing", help="Empty cells in the columns used: 'error' (stop, naming the row; default), 'drop' (leave those rows out), 'keep' (an empty cell is a value of its own).")
+
+
+def _apply_missing(df, columns, rule: str):
+    """The shared --missing rule over the columns a command uses; 'keep' leaves empty cells to the audit."""
+    from fairvision.io.validate import missing_rows  # lazy: pandas (start-up, see module doc)
+
+    keep = missing_rows(df, columns, rule, source=df.attrs.get("source", "table"))
+    if keep.all():
+        return df
+    out = df.loc[keep].reset_index(drop=True)
+    out.attrs.update(df.attrs)
+    return out
 
 
 def load_scored_table(samples: Path, scores: Optional[Path], metric: str, subject_col: Optional[str] = None):
     """Read the sample table, join the score table on sample_id, and check the metric column."""
     from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID, read_table  # lazy: pandas (start-up, see module doc)
+    from fairvision.io.validate import finite_values
 
     df = read_table(samples, subject_col=subject_col)
     src = str(samples)
     if scores is not None:
         sc = read_table(scores)
-        if metric not in sc.columns:
-            raise ColumnError(f"{scores}: no column {metric!r}; columns are {', '.join(map(str, sc.columns))}")
+        finite_values(sc, metric, source=str(scores), what="score column")  # errors name the scores file and row
         keep = [SAMPLE_ID, metric] + [c for c in sc.columns if c not in df.columns and c not in (SAMPLE_ID, metric)]
         merged = df.drop(columns=[metric], errors="ignore").merge(sc[keep], on=SAMPLE_ID, how="inner")
         if merged.empty:
             raise FairvisionError(f"{scores}: no sample_id in common with {samples}")
         df = merged
         src = f"{samples} + {scores}"
-    if metric not in df.columns:
-        raise ColumnError(f"{src}: no score column {metric!r}; columns are {', '.join(map(str, df.columns))}")
+    else:
+        finite_values(df, metric, source=src, what="score column")
     df.attrs["source"] = src
     return df, (SUBJECT_ID if SUBJECT_ID in df.columns else None)
 
@@ -92,21 +105,25 @@ def errors_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed for the split, forest, tree and bootstrap."),
     label: Optional[str] = typer.Option(None, "--label", help="Name of the score in rule sentences (e.g. AR)."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Prune the tree by subject-grouped cross-validation (1-SE rule) so noise splits do not become rules; --no-prune keeps the full-depth tree."),
+    missing: str = _MISSING,
 ):
     """Direct error modelling (FHIBE): which annotations predict the per-sample score, ranked by random forest
     importance, the elbow-selected top features, and decision-tree rules such as
     "visible keypoints <= 12 and pose = lying: mean AR 0.41, n = 230" with bootstrap standard errors."""
     # lazy: scikit-learn, pandas, matplotlib (start-up, see module doc)
     from fairvision.audits.diagnosis.error_model import audit_error_model
+    from fairvision.io.validate import check_missing_rule
     from fairvision.report.sections.diagnosis import error_model_section
 
+    check_missing_rule(missing)
     check_outdir(output)
     df, subj = load_scored_table(samples, scores, metric, subject_col)
     features = list(feature) or _default_features(df, metric)
     with status("modelling errors"):
         res = audit_error_model(df, metric, features, subject_col=subj, label=label,
                                 higher_is_better=not lower_is_better, importance=importance, n_top=n_top,
-                                max_depth=max_depth, n_estimators=n_estimators, n_boot=n_boot, prune=prune, seed=seed)
+                                max_depth=max_depth, n_estimators=n_estimators, n_boot=n_boot, prune=prune, seed=seed,
+                                missing=missing)
         paths = _write(error_model_section(res), output, "fairvision: error modelling",
                        {"samples": str(samples), "scores": str(scores) if scores else None, "metric": metric,
                         "features": features, "seed": seed, "n_boot": n_boot, "prune": prune})
@@ -126,6 +143,7 @@ def patterns_cmd(
     max_len: int = typer.Option(3, "--max-len", min=2, max=6, help="Longest rule, counting the low-score item."),
     correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-comparison correction: holm, bonferroni, bh, none."),
     save_groups: Optional[Path] = typer.Option(None, "--save-groups", help="Write the sample table with a new column error_pattern (matches/other) for the top significant rule, to audit it as a group."),
+    missing: str = _MISSING,
 ):
     """Error pattern recognition (FHIBE): FP-growth association rules of attribute values that co-occur with a
     low score, ranked by lift with support, confidence and a corrected Fisher exact test."""
@@ -137,6 +155,7 @@ def patterns_cmd(
     check_outdir(output)
     df, _ = load_scored_table(samples, scores, metric)
     attrs = list(attr) or _default_features(df, metric)
+    df = _apply_missing(df, attrs, missing)
     with status("mining error patterns"):
         res = audit_error_patterns(df, metric, attrs, low_quantile=low_quantile, low_threshold=low_threshold,
                                    higher_is_better=not lower_is_better, min_support=min_support, max_len=max_len,
@@ -165,6 +184,7 @@ def confounders_cmd(
     outcome: str = typer.Option("auto", "--outcome", help="auto, continuous (van Elteren) or binary (Cochran-Mantel-Haenszel)."),
     correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Correction over pairs: holm, bonferroni (FHIBE), bh, none."),
     min_count: int = typer.Option(10, "--min-count", min=1, help="Smallest group (subjects) tested inside a stratum (FHIBE: 10)."),
+    missing: str = _MISSING,
 ):
     """Confounder control: compare the groups of --attr with and without holding --strata fixed (van Elteren or
     Cochran-Mantel-Haenszel) and report whether the disparity survives."""
@@ -174,6 +194,7 @@ def confounders_cmd(
 
     check_outdir(output)
     df, subj = load_scored_table(samples, scores, metric, subject_col)
+    df = _apply_missing(df, [attr, strata], missing)
     with status("stratified comparison"):
         res = audit_confounder(df, metric, attr, strata, outcome=outcome, subject_col=subj, n_bins=n_bins,
                                edges=list(edges) or None, correction=correction, min_count=min_count)
@@ -288,8 +309,9 @@ def transect_cmd(
     tag = f"{axis}{delta:+g}"
     rows, extra = [], {}
     seen: set[str] = set()
+    con = Console(stderr=True)
     with Progress(TextColumn("transect {task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
+                  console=con, transient=True, disable=not con.is_terminal) as prog:
         task = prog.add_task(tag, total=len(files))
         for f in files:
             name = f"{f.stem}_{tag}.png"

@@ -43,8 +43,9 @@ def _progress(enabled: bool) -> Iterator:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    con = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
+                  console=con, transient=True, disable=not con.is_terminal) as prog:
         def task(description: str, total: int | None = None):
             tid = prog.add_task(description, total=total)
 
@@ -116,7 +117,7 @@ def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit,
 
 
 def audit_retrieval_cmd(
-    outdir: Path = typer.Option(..., "--out", "-o", help="Report folder (report.html, report.json, tables/); replaced atomically."),
+    outdir: Path = typer.Option(Path("fairvision-retrieval-report"), "--output", "-o", "--out", help="Output folder for report.html, report.json and tables/ (written atomically)."),
     attr: Optional[str] = typer.Option(None, "--attr", "-a", help="Protected attribute column of the item table (default with --measure-skin: st_class)."),
     results: Optional[Path] = typer.Option(None, "--results", "-r", help="Ranked results: a table (query_id, rank, item_id), a JSON mapping query -> ranked item list, or a TREC run file."),
     items: Optional[Path] = typer.Option(None, "--items", "-i", help="Item table (CSV, TSV, Parquet, JSON) with an id column (item_id, sample_id, id) and the attribute. Queries are looked up here too."),
@@ -138,6 +139,7 @@ def audit_retrieval_cmd(
     title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_p<0.01', 'min_nrr<0.8', 'n_unfair>0' (repeat for several)."),
+    missing: Optional[str] = typer.Option(None, "--missing", help="Items with an empty attribute cell: 'error' (stop, naming the row; the default), 'drop' (leave them out; the default with --measure-skin, where images without a measurable face have no class, as in the paper), 'keep' (a value of its own)."),
 ):
     """Test whether the protected attribute of a query leaks into its top-K results (distribution parity).
 
@@ -150,11 +152,13 @@ def audit_retrieval_cmd(
     # lazy: pandas, scipy, matplotlib (see the module docstring)
     from fairvision.audits.retrieval import audit_retrieval, measure_skin_attribute
     from fairvision.io.retrieval import read_items, read_results
+    from fairvision.io.validate import check_missing_rule
     from fairvision.report import Report
     from fairvision.report.sections.retrieval import retrieval_section
     from fairvision.stats.chisquare import SmallExpectedCountWarning
 
     check_outdir(outdir)
+    missing = check_missing_rule(missing or ("drop" if measure_skin else "error"))
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     if correction not in METHODS:
         raise FairvisionError(f"unknown --correction {correction!r}; choose one of {', '.join(METHODS)}")
@@ -190,7 +194,7 @@ def audit_retrieval_cmd(
             audit = audit_retrieval(
                 res, items_df, attr, catalog=cat_df, k=k, alpha=alpha, correction=correction, continuity=continuity,
                 min_queries=min_queries, power_trials=power_trials, seed=seed, embedding_status=status,
-                progress=lambda msg: step(stages.get(msg, 0)),
+                progress=lambda msg: step(stages.get(msg, 0)), missing=missing,
             )
     gates = evaluate_conditions(conditions, audit.quantities()) if conditions else []
     report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from fairvision.cli.common import done
+from fairvision.cli.common import check_outdir, check_output_file, done
 from fairvision.errors import FairvisionError
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
@@ -45,10 +45,9 @@ def measure_cmd(
     from fairvision.io.tables import write_table
     from fairvision.report.overlays import render_overlay
 
-    if output.exists() and output.is_dir():
-        raise FairvisionError(f"{output}: is a folder; give an output file such as skin.parquet")
-    if output.suffix.lower() not in _OUTPUT_SUFFIXES:  # before any work
-        raise FairvisionError(f"{output}: unknown output format {output.suffix!r}; use {', '.join(_OUTPUT_SUFFIXES)}")
+    check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
+    if overlays is not None:
+        check_outdir(overlays)
     if not source.exists():
         raise FairvisionError(f"{source}: no such file or folder")
     df = measure_images(
@@ -56,8 +55,12 @@ def measure_cmd(
         workers=workers, cache_dir=cache, overlays_dir=overlays, progress=progress, faces=faces,
         overlay=render_overlay if overlays is not None else None,
     )
-    write_table(df, output)
     s = df.attrs["summary"]
+    if s["measured"] == 0:  # bad input (exit 2, not the gate's 1); an output of failures only is not written
+        first = df.iloc[0]
+        raise FairvisionError(f"{source}: no image could be measured ({s['images']:,} tried; first: "
+                              f"{Path(str(first['image_path'])).name}: {first['reason']}); nothing was written")
+    write_table(df, output)
     line = (
         f"{s['images']:,} images: {s['measured']:,} measured, {s['no_face']:,} no face, "
         f"{s['too_few_pixels']:,} too few skin pixels, {s['failed']:,} failed"
@@ -68,9 +71,6 @@ def measure_cmd(
     typer.echo(f"table: {output.resolve()}")
     if overlays is not None:
         typer.echo(f"overlays: {overlays.resolve()}")
-    if s["measured"] == 0:
-        typer.echo("error: no image could be measured; see the reason column", err=True)
-        raise typer.Exit(1)
 
 
 def _load_or_measure(source: Path, method: str, workers: int, faces: str):
@@ -112,6 +112,7 @@ def report_cmd(
     from fairvision.audits.skin import audit_skin_distribution  # lazy imports: see the module docstring
     from fairvision.report.sections.skin import skin_section
 
+    check_outdir(output)
     df = _load_or_measure(source, method, workers, faces)
     if by is not None and by not in df.columns:
         raise FairvisionError(f"{source}: no column {by!r} for --by; columns are {', '.join(map(str, df.columns))}")
@@ -137,6 +138,7 @@ def compare_cmd(
     pair = tuple(n.strip() for n in names.split(",")) if names else (first.stem or first.name, second.stem or second.name)
     if len(pair) != 2 or not all(pair):
         raise FairvisionError(f"--names needs two comma-separated names, got {names!r}")
+    check_outdir(output)
     a = _load_or_measure(first, method, workers, faces)
     b = _load_or_measure(second, method, workers, faces)
     result = audit_skin_comparison(a, b, names=pair)

@@ -58,6 +58,12 @@ def from_folder(folder: str | Path, *, recursive: bool = False) -> pd.DataFrame:
     files = sorted(p for p in folder.glob(pattern) if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
         raise InputFileError(f"{folder}: no images ({', '.join(IMAGE_SUFFIXES)}) found")
-    return pd.DataFrame(
-        {SAMPLE_ID: [str(p.relative_to(folder).with_suffix("")) for p in files], IMAGE_PATH: [str(p) for p in files]}
-    )
+    ids = [str(p.relative_to(folder).with_suffix("")) for p in files]
+    first: dict[str, Path] = {}
+    for sid, p in zip(ids, files):
+        if sid in first:
+            raise InputFileError(f"{folder}: {first[sid].name} and {p.name} have the same name without suffix "
+                                 f"({sid!r}, the sample_id); rename one, or list the images in a table with a "
+                                 f"sample_id column")
+        first[sid] = p
+    return pd.DataFrame({SAMPLE_ID: ids, IMAGE_PATH: [str(p) for p in files]})

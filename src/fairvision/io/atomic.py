@@ -16,12 +16,33 @@ from pathlib import Path
 from typing import Iterator
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# read once at import: os.umask can only be read by setting it, which would race with other threads
+_UMASK = _read_umask()
+
+
+def _as_user_file(fd: int, replaces: Path) -> None:
+    """mkstemp creates 0600 files; give the result the mode a plain ``open`` would: the replaced
+    file's mode, or 0666 less the umask for a new file."""
+    try:
+        mode = replaces.stat().st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_UMASK
+    os.fchmod(fd, mode)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temporary file and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        _as_user_file(fd, path)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
@@ -47,6 +68,7 @@ def atomic_output_dir(outdir: str | os.PathLike) -> Iterator[Path]:
     outdir = Path(outdir)
     outdir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.staging-", dir=outdir.parent))
+    os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp makes 0700; subfolders moved out keep the user's mode
     try:
         yield staging
     except BaseException:

@@ -132,6 +132,7 @@ def read_results(
         df = _mapping_to_results(source, name)
     elif isinstance(source, pd.DataFrame):
         df = source.copy()
+        name = str(source.attrs.get("source", name))
     else:
         path = Path(source)
         name = str(path)
@@ -190,7 +191,9 @@ def read_results(
         raise FairvisionError(f"{name}: row {i + 1}: query {df['query_id'].iloc[i]!r} lists item {df['item_id'].iloc[i]!r} twice")
     front = list(RESULT_COLUMNS)
     df = df[front + [c for c in df.columns if c not in front]]
-    return df.sort_values(["query_id", "rank"], kind="mergesort").reset_index(drop=True)
+    out = df.sort_values(["query_id", "rank"], kind="mergesort").reset_index(drop=True)
+    out.attrs["source"] = name
+    return out
 
 
 def read_items(source, attribute: str | None = None, *, id_col: str | None = None, name: str = "items") -> pd.DataFrame:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from fairvision.errors import ColumnError
 from fairvision.io.tables import SAMPLE_ID
+from fairvision.io.validate import finite_values, require_finite
 
 
 def join_scores(samples: pd.DataFrame, scores: pd.DataFrame, *, samples_source: str = "samples",
@@ -44,6 +45,8 @@ def join_scores(samples: pd.DataFrame, scores: pd.DataFrame, *, samples_source: 
         row = int(np.flatnonzero(extra)[0])
         raise ColumnError(f"{scores_source}: row {row + 1}: {key} {s_ids.iloc[row]!r} is not in {samples_source} "
                           f"({int(extra.sum())} unknown ids)")
+    # check the scores where they are, so an error names the scores file and its row
+    require_finite(scores, [c for c in scores.columns if c != key], source=scores_source)
     clash = [c for c in scores.columns if c != key and c in samples.columns]
     right = scores.drop(columns=clash).assign(**{key: s_ids})
     out = samples.assign(**{key: ids}).merge(right, on=key, how="left", validate="one_to_one")
@@ -61,19 +64,13 @@ def score_columns(scores: pd.DataFrame, exclude: Iterable[str | None] = ()) -> l
 def metric_values(data: pd.DataFrame, metric: str, *, source: str = "samples") -> np.ndarray:
     """The values of one metric column as floats (empty cells are NaN: not scored).
 
-    A missing column, a non-numeric cell or a column with no value at all is
-    a :class:`~fairvision.errors.ColumnError`.
+    A missing column, a non-numeric or infinite cell or a column with no value
+    at all is a :class:`~fairvision.errors.ColumnError`.
     """
-    if metric not in data.columns:
-        raise ColumnError(f"{source}: no metric column {metric!r}; columns are {', '.join(map(str, data.columns))}")
-    vals = pd.to_numeric(data[metric], errors="coerce")
-    bad = vals.isna() & data[metric].notna()
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ColumnError(f"{source}: row {row + 1}: metric {metric!r} has non-numeric value {data[metric].iloc[row]!r}")
-    if vals.isna().all():
+    vals = finite_values(data, metric, source=source, what="metric")
+    if np.isnan(vals).all():
         raise ColumnError(f"{source}: metric {metric!r} has no values")
-    return vals.to_numpy(float)
+    return vals
 
 
 def class_labels(col: pd.Series) -> np.ndarray:

@@ -31,6 +31,7 @@ from sklearn.model_selection import GroupKFold, GroupShuffleSplit
 from sklearn.tree import DecisionTreeRegressor
 
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.io.validate import finite_values, missing_rows, require_variation
 from fairvision.stats.resample import group_mean_ci
 
 MISSING_LEVEL = "(missing)"
@@ -331,6 +332,7 @@ def audit_error_model(
     level: float = 0.95,
     min_r2: float = 0.02,
     prune: bool = True,
+    missing: str = "error",
     seed: int | None = 0,
 ) -> ErrorModelResult:
     """Model a per-sample score from annotations (FHIBE direct error modelling).
@@ -373,6 +375,9 @@ def audit_error_model(
         subject-grouped 5-fold cross-validation with the one-standard-error
         rule, so that splits fitting noise do not become rules. ``False``
         keeps the full ``max_depth`` tree (FHIBE's plain tree).
+    missing : {"error", "drop", "keep"}
+        Empty feature cells: stop naming the row (default), leave those rows
+        out, or keep them (an empty cell is its own level, ``(missing)``).
     min_r2 : float
         Held-out R^2 below which the result says the features explain nothing
         (``ErrorModelResult.explained`` is false).
@@ -392,17 +397,15 @@ def audit_error_model(
     features = [f for f in features if f != target]
     if not features:
         raise FairvisionError(f"{src}: give at least one feature column besides the score")
-    y_all = pd.to_numeric(data[target], errors="coerce")
-    bad = data[target].notna() & y_all.isna()
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
-        raise ColumnError(f"{src}: row {row}: score column {target!r} is not a number: {data[target].iloc[row - 1]!r}")
-    keep = y_all.notna().to_numpy()
-    n_dropped = int((~keep).sum())
+    y_all = finite_values(data, target, source=src, what="score column")
+    keep = ~np.isnan(y_all)
+    keep &= missing_rows(data, features, missing, source=src, among=keep)
+    n_dropped = int((~keep).sum())  # no score, or an empty feature cell with missing="drop"
     df = data.loc[keep]
-    y = y_all.to_numpy(dtype=float)[keep]
+    y = y_all[keep]
     if y.size < 20:
         raise FairvisionError(f"{src}: only {y.size} samples with a score; error modelling needs at least 20")
+    require_variation(y, target, source=src)
     by_subject = subject_col is not None and subject_col in df.columns
     if by_subject:
         subj = df[subject_col].astype(object).where(df[subject_col].notna(), None)

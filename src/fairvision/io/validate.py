@@ -1,0 +1,148 @@
+"""One input-validation path: the checks every command runs on the tables it reads.
+
+Each check raises a :class:`~fairvision.errors.ColumnError` (or
+:class:`~fairvision.errors.FairvisionError`) whose one-line message names the
+file that holds the problem, the row (1-based, as a spreadsheet shows it, not
+counting the header) and the column. Commands call these right after reading,
+before any work, so a bad input stops the run at once and nothing is written.
+
+- :func:`finite_values`: numbers that must be finite (scores, features);
+  ``inf``, ``-inf`` and non-numbers are errors, empty cells are NaN.
+- :func:`require_variation`: a target that is constant has nothing to explain.
+- :func:`missing_rows`: the one ``--missing error|drop|keep`` rule for empty
+  cells in the columns a command uses.
+- :func:`check_writable`: an output path that cannot be written is reported
+  before the work starts, not after.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import ColumnError, FairvisionError
+
+#: accepted values of every command's ``--missing`` option
+MISSING_RULES = ("error", "drop", "keep")
+
+
+def check_missing_rule(rule: str) -> str:
+    """Validate a ``--missing`` value."""
+    if rule not in MISSING_RULES:
+        raise FairvisionError(f"--missing must be error, drop or keep, not {rule!r}")
+    return rule
+
+
+def empty_cells(values: pd.Series) -> np.ndarray:
+    """Boolean mask of empty cells: NaN/None/NA or blank strings."""
+    mask = values.isna().to_numpy().copy()
+    if values.dtype == object:
+        mask |= np.array([isinstance(v, str) and not v.strip() for v in values.to_numpy()], dtype=bool)
+    return mask
+
+
+def finite_values(data: pd.DataFrame, column: str, *, source: str, what: str = "column") -> np.ndarray:
+    """The values of ``column`` as float64, with empty cells as NaN.
+
+    Raises
+    ------
+    ColumnError
+        When the column is absent, holds a non-numeric value, or holds
+        ``inf`` / ``-inf`` (naming the file, row and column).
+    """
+    if column not in data.columns:
+        noun = what if what.endswith("column") else f"{what} column"
+        raise ColumnError(f"{source}: no {noun} {column!r}; columns are {', '.join(map(str, data.columns))}")
+    raw = data[column]
+    vals = pd.to_numeric(raw, errors="coerce")
+    bad = (vals.isna() & ~empty_cells(raw)).to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ColumnError(f"{source}: row {row + 1}: {what} {column!r} has non-numeric value {raw.iloc[row]!r}")
+    v = vals.to_numpy(dtype=np.float64, na_value=np.nan)
+    inf = np.isinf(v)
+    if inf.any():
+        row = int(np.flatnonzero(inf)[0])
+        raise ColumnError(f"{source}: row {row + 1}: {what} {column!r} is {v[row]:g} ({int(inf.sum())} infinite values); "
+                          f"scores must be finite numbers (leave a cell empty for 'not scored')")
+    return v
+
+
+def require_finite(data: pd.DataFrame, columns: Iterable[str], *, source: str) -> None:
+    """Check that every numeric cell of ``columns`` is finite (see :func:`finite_values`)."""
+    for c in columns:
+        if c in data.columns and pd.api.types.is_numeric_dtype(data[c]) and not pd.api.types.is_bool_dtype(data[c]):
+            finite_values(data, c, source=source)
+
+
+def require_variation(values: np.ndarray, column: str, *, source: str) -> None:
+    """A constant target has nothing to explain: stop with a message instead of a meaningless fit."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size and float(v.max()) == float(v.min()):
+        raise FairvisionError(f"{source}: column {column!r} is constant ({v[0]:g} in all {v.size} scored rows): "
+                              f"there is no variation to explain")
+
+
+def missing_rows(data: pd.DataFrame, columns: Iterable[str], rule: str, *, source: str,
+                 among: np.ndarray | None = None) -> np.ndarray:
+    """Apply the ``--missing`` rule to empty cells of ``columns``.
+
+    Returns the boolean mask of rows to keep: all rows for ``"keep"`` (the
+    caller treats an empty cell as a value of its own), the rows with no empty
+    cell for ``"drop"``. For ``"error"`` (the default everywhere) the first
+    empty cell stops the run, naming the file, row and column. ``among`` limits
+    the check to the rows the caller uses (a boolean mask over ``data``).
+    """
+    check_missing_rule(rule)
+    keep = np.ones(len(data), dtype=bool)
+    for c in columns:
+        if c not in data.columns:
+            continue
+        empty = empty_cells(data[c])
+        if among is not None:
+            empty &= among
+        if empty.any() and rule == "error":
+            row = int(np.flatnonzero(empty)[0])
+            raise ColumnError(f"{source}: row {row + 1}: column {c!r} is empty ({int(empty.sum())} empty cells; "
+                              f"use --missing drop or --missing keep)")
+        if rule == "drop":
+            keep &= ~empty
+    return keep
+
+
+def _probe(folder: Path) -> bool:
+    """Whether a file can be created in ``folder`` (tried for real: permission bits say nothing for root
+    or on a read-only file system)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fairvision-write-check-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(tmp)
+    return True
+
+
+def check_writable(path: str | os.PathLike, *, kind: str = "output") -> Path:
+    """Check before any work that ``path`` (a file or folder to create or replace) can be written.
+
+    Outputs are staged beside the target and moved into place, so the
+    target's nearest existing folder must take a new file, and so must an
+    existing target folder.
+    """
+    path = Path(path)
+    if path.is_dir() and not _probe(path):
+        raise FairvisionError(f"{path}: {kind} is not writable")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise FairvisionError(f"{path}: cannot create the {kind}: {parent} is not a folder")
+    if not _probe(parent):
+        raise FairvisionError(f"{path}: cannot write the {kind}: folder {parent} is not writable")
+    return path
