@@ -271,3 +271,29 @@ def test_json_report_of_a_previous_run_survives_a_failed_rerun(tmp_path):
     assert main(["audit", "dataset", str(s), "-a", "score", "--n-boot", "0", "-o", str(out)]) == EXIT_INPUT
     assert (out / "report.json").read_bytes() == before
     assert json.loads(before)["title"]
+
+
+def _leaf_commands(typer_app, prefix=()):
+    for cmd in typer_app.registered_commands:
+        yield (*prefix, cmd.name or cmd.callback.__name__)
+    for group in typer_app.registered_groups:
+        yield from _leaf_commands(group.typer_instance, (*prefix, group.name))
+
+
+def _all_commands():
+    from fairvision.cli import app
+
+    return list(_leaf_commands(app))
+
+
+@pytest.mark.parametrize("command", _all_commands(), ids=" ".join)
+def test_every_command_follows_the_exit_convention(command, capsys, tmp_path):
+    """--help exits 0 and its options show plain metavars (TEXT, PATH, none for a flag), not typer's type
+    names; an unknown option is a usage error, 2."""
+    assert main([*command, "--help"]) == 0
+    help_text = capsys.readouterr().out
+    option_rows = [ln for ln in help_text.splitlines() if " --" in ln and "--help" not in ln]
+    assert not [ln for ln in option_rows if "<list[" in ln or "<str>" in ln or "<bool>" in ln], help_text
+    assert main([*command, "--no-such-option"]) == EXIT_INPUT
+    capsys.readouterr()
+    assert EXIT_INTERRUPTED == 130

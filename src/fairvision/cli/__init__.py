@@ -14,6 +14,7 @@ interrupted.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 
 import typer
@@ -40,7 +41,7 @@ audit_app = typer.Typer(
 )
 app.add_typer(audit_app, name="audit")
 
-COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo")
+COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score")
 
 
 def _version_callback(value: bool):
@@ -51,7 +52,7 @@ def _version_callback(value: bool):
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(False, "--version", metavar="", callback=_version_callback, is_eager=True, help="Print the version and exit."),
 ):
     """fairvision command line."""
 
@@ -64,6 +65,34 @@ for _name in COMMAND_MODULES:
             raise
         continue
     _mod.register(app, audit_app)
+
+
+def _plain_metavars(typer_app: typer.Typer) -> None:
+    """Help shows ``PATH``, ``TEXT``, ``NUM`` or nothing (a flag) instead of typer's ``<bool>`` and
+    ``<list[str]>``: set the metavar of every option that has none, from its annotation."""
+    for cmd in typer_app.registered_commands:
+        for p in inspect.signature(cmd.callback).parameters.values():
+            info = p.default
+            if not isinstance(info, typer.models.ParameterInfo) or info.metavar is not None:
+                continue
+            ann = str(p.annotation)
+            if isinstance(info, typer.models.ArgumentInfo):
+                info.metavar = p.name.upper()
+            elif ann == "bool":
+                info.metavar = ""
+            elif "Path" in ann:
+                info.metavar = "PATH"
+            elif "float" in ann:
+                info.metavar = "NUM"
+            elif "int" in ann:
+                info.metavar = "INT"
+            elif "str" in ann:
+                info.metavar = "TEXT"
+    for group in typer_app.registered_groups:
+        _plain_metavars(group.typer_instance)
+
+
+_plain_metavars(app)
 
 
 class Interrupted(BaseException):

@@ -146,7 +146,8 @@ def audit_retrieval_cmd(
     Writes the contingency table, the omnibus (top-K set and per rank) and per-value contrast tests with risk ratios, 95% CIs and the 80% rule, and a power analysis (power curves, detectable bias, and whether the catalog is large enough), as report.html / report.json / tables/*.parquet.
 
     Examples:
-      fairvision audit retrieval --results run.csv --items items.csv --attr skin_tone -o out
+      fairvision audit retrieval --results run.csv --items items.csv \\
+          --attr skin_tone -o out
       fairvision audit retrieval --embed-images demo --attr gender -o out
     """
     # lazy: pandas, scipy, matplotlib (see the module docstring)

@@ -171,3 +171,50 @@ def read_coco_results(path: str | os.PathLike, gt: CocoDataset | None = None) ->
         rows.append(rec)
     cols = ["image_id", "category_id", "score", "bbox", "segmentation", "keypoints"]
     return pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(columns=cols)
+
+
+#: How a COCO image is named in a scores table: the file name's stem, or the image id.
+SAMPLE_ID_SOURCES = ("file_name", "image_id")
+
+
+def image_sample_ids(gt: CocoDataset, key: str = "file_name") -> pd.Series:
+    """``sample_id`` of every ground-truth image, checked to be present and unique.
+
+    Parameters
+    ----------
+    gt : CocoDataset
+        Ground truth from :func:`read_coco`.
+    key : {"file_name", "image_id"}
+        ``"file_name"``: the image's ``file_name`` without folder and suffix
+        (``"imgs/0001.jpg"`` -> ``"0001"``); ``"image_id"``: the COCO image id
+        as a string.
+
+    Returns
+    -------
+    pandas.Series of str
+        Aligned with ``gt.images``.
+
+    Raises
+    ------
+    InputFileError
+        An image without ``file_name``, or two images with the same sample id.
+    """
+    if key not in SAMPLE_ID_SOURCES:
+        raise InputFileError(f"sample id source must be one of {', '.join(SAMPLE_ID_SOURCES)}, not {key!r}")
+    if key == "image_id":
+        ids = gt.images["image_id"].astype(str)
+    else:
+        names = gt.images["file_name"]
+        missing = names.isna().to_numpy()
+        if missing.any():
+            i = int(np.flatnonzero(missing)[0])
+            raise InputFileError(f"{gt.source}: images[{i}] (id {gt.images['image_id'].iloc[i]!r}): no 'file_name' "
+                                 "to take the sample id from; use the image id instead")
+        ids = names.map(lambda f: Path(str(f)).stem)
+    dup = ids.duplicated().to_numpy()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        first = int(np.flatnonzero((ids == ids.iloc[i]).to_numpy())[0])
+        raise InputFileError(f"{gt.source}: images[{i}] and images[{first}] have the same sample id {ids.iloc[i]!r} "
+                             f"(from {key}); use the other sample id source")
+    return ids.reset_index(drop=True).astype(str)

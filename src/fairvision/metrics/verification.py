@@ -133,6 +133,81 @@ def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshol
     return out
 
 
+def _weighted_threshold(imp: np.ndarray, w: np.ndarray, far: float) -> np.ndarray:
+    """Smallest impostor score t with weight(impostors > t) <= far * weight(impostors), per row of ``w``."""
+    # impostors from the highest score down, ties in one block: weight strictly above each distinct score
+    o = np.argsort(-imp, kind="stable")
+    si = imp[o]
+    starts = np.flatnonzero(np.r_[True, si[1:] != si[:-1]])
+    block = np.add.reduceat(w[:, o], starts, axis=1)
+    above = np.cumsum(block, axis=1) - block
+    total = block.sum(axis=1)
+    allowed = far * total * (1 + 1e-12) + 1e-9
+    last = (above <= allowed[:, None]).sum(axis=1) - 1  # "above" grows, so the admissible blocks are a prefix
+    thr = si[starts][last]
+    thr = np.where(far * total >= total, -np.inf, thr)
+    return np.where(total > 0, thr, np.nan)
+
+
+def weighted_tar_at_far(scores, genuine, weights, far: float = 0.001, *,
+                        thresholds=None) -> tuple[np.ndarray, np.ndarray]:
+    """TAR at FAR with a non-negative weight on every pair, for many weight vectors at once.
+
+    The rule of :func:`tar_at_far` with counts replaced by weights: the
+    threshold is the smallest impostor score t whose impostors scoring above t
+    weigh at most ``far`` times all impostors; TAR is the weight of the
+    genuine pairs scoring above t over the weight of all genuine pairs. With
+    unit weights both are exactly those of :func:`tar_at_far`. Used with the
+    integer draw counts of a subject bootstrap (docs/METHODS.md §6.1).
+
+    Parameters
+    ----------
+    scores : array_like of float, shape (n_pairs,)
+        Similarity of every pair (higher = more alike).
+    genuine : array_like of bool, shape (n_pairs,)
+        True for positive pairs.
+    weights : array_like, shape (m, n_pairs) or (n_pairs,)
+        Weight of every pair in each of m weightings.
+    far : float
+        Target false accept rate.
+    thresholds : array_like, shape (m,), optional
+        Use these thresholds (e.g. one set from all pairs, ``threshold="global"``)
+        instead of setting them from the impostors given.
+
+    Returns
+    -------
+    tar, threshold : numpy.ndarray, shape (m,)
+        NaN where the genuine or the impostor pairs weigh nothing; the
+        threshold is -inf when ``far`` allows every impostor.
+    """
+    s = np.asarray(scores, dtype=float).ravel()
+    g = np.asarray(genuine, dtype=bool).ravel()
+    w = np.atleast_2d(np.asarray(weights, dtype=float))
+    if w.shape[1] != s.size or g.size != s.size:
+        raise FairvisionError(f"weighted_tar_at_far: {s.size} scores, {g.size} genuine flags, weights of shape {w.shape}")
+    if not 0 <= far <= 1:
+        raise FairvisionError(f"weighted_tar_at_far: FAR must be in [0, 1], got {far}")
+    m = w.shape[0]
+    imp, gen = s[~g], s[g]
+    if imp.size == 0 or gen.size == 0:
+        return np.full(m, np.nan), np.full(m, np.nan)
+    if thresholds is not None:
+        thr = np.broadcast_to(np.asarray(thresholds, dtype=float), (m,))
+        thr = np.where(w[:, ~g].sum(axis=1) > 0, thr, np.nan)
+    else:
+        thr = _weighted_threshold(imp, w[:, ~g], far)
+    # genuine weight at or below the threshold from cumulative sums over the sorted genuine scores
+    og = np.argsort(gen, kind="stable")
+    sg = gen[og]
+    cum = np.concatenate([np.zeros((m, 1)), np.cumsum(w[:, g][:, og], axis=1)], axis=1)
+    pos = np.searchsorted(sg, np.nan_to_num(thr, nan=np.inf), side="right")
+    gtot = cum[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tar = (gtot - cum[np.arange(m), pos]) / gtot
+    tar = np.where((gtot > 0) & ~np.isnan(thr), tar, np.nan)
+    return tar, thr
+
+
 def cosine_scores(embeddings, i, j, *, chunk: int = 1_000_000) -> np.ndarray:
     """Cosine similarity of embedding rows ``i[k]`` and ``j[k]`` for every pair k (chunked).
 

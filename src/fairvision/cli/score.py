@@ -1,0 +1,240 @@
+"""``fairvision score detections|masks|keypoints`` and ``fairvision audit verification``.
+
+The ``score`` commands turn COCO-format ground truth and predictions into the
+per-sample scores table that ``fairvision audit model --scores`` reads (one
+row per image, keyed by ``sample_id``, one column per metric;
+docs/METHODS.md §6.1). ``audit verification`` reports TAR at FAR by group from
+a table of scored face pairs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.cli.common import check_outdir, check_output_file, done, exit_if_gates_failed
+from fairvision.errors import FairvisionError
+
+score_app = typer.Typer(
+    help="Score a model's COCO-format predictions into a per-sample table for `fairvision audit model --scores`.",
+    no_args_is_help=True,
+)
+
+_TABLE_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
+
+_GT = typer.Argument(..., help="COCO ground truth JSON (images, annotations, categories).", show_default=False)
+_PRED = typer.Argument(..., help="COCO results JSON: a list of predictions with image_id, category_id, score and the "
+                                 "bbox / segmentation / keypoints.", show_default=False)
+
+
+def _out():
+    return typer.Option(..., "--output", "-o", help="Scores table to write (.parquet, .csv, .tsv, .json, .jsonl by "
+                                                    "extension); replaced atomically.")
+
+
+def _per():
+    return typer.Option("image", "--per", help="'image': one row per image (instance scores averaged; what `audit model` "
+                                               "reads); 'instance': one row per ground-truth instance.")
+
+
+def _sample_id():
+    return typer.Option("file_name", "--sample-id", help="Where sample_id comes from: 'file_name' (the image file name "
+                                                         "without folder and suffix, images/0001.jpg -> 0001) or "
+                                                         "'image_id' (the COCO image id). Match your samples table.")
+
+
+def _category():
+    return typer.Option([], "--category", "-c", help="Score only this category (id or name; repeat). Default: all.")
+
+
+def _min_score():
+    return typer.Option(0.0, "--min-score", help="Ignore predictions with a lower confidence score.")
+
+
+def _counts():
+    return typer.Option(False, "--counts", help="Per image: add n_gt and n_pred columns (name the metrics with "
+                                                "`audit model --metric` then, or they are audited too).")
+
+
+def _run_score(task, gt, pred, output, **kw):
+    # lazy: pandas and the metric stack cost about a second; every fairvision command imports this module
+    from fairvision.audits.scoring import score_coco
+    from fairvision.io.coco import read_coco, read_coco_results
+    from fairvision.io.tables import write_table
+
+    check_output_file(output, _TABLE_SUFFIXES)
+    if kw["per"] not in ("image", "instance"):
+        raise FairvisionError(f"--per must be image or instance, not {kw['per']!r}")
+    g = read_coco(gt)
+    p = read_coco_results(pred, g)
+    table = score_coco(g, p, task, **kw)
+    path = write_table(table, output)
+    skip = {"sample_id", "image_id", "annotation_id", "category_id", "n_gt", "n_pred"}
+    metrics = [c for c in table.columns if c not in skip]
+    means = ", ".join(f"{c} {table[c].mean():.3f}" for c in metrics if table[c].notna().any())
+    rows = "images" if kw["per"] == "image" else "instances"
+    typer.echo(f"scores: {Path(path).resolve()}")
+    typer.echo(f"{len(table):,} {rows}; mean {means}" if means else f"{len(table):,} {rows}; no ground truth to score")
+
+
+def score_detections_cmd(
+    gt: Path = _GT,
+    pred: Path = _PRED,
+    output: Path = _out(),
+    per: str = _per(),
+    sample_id: str = _sample_id(),
+    iou: List[float] = typer.Option([0.5, 0.75], "--iou", help="IoU threshold of a recall_<t> column (repeat; default 0.5 and 0.75)."),
+    category: List[str] = _category(),
+    min_score: float = _min_score(),
+    counts: bool = _counts(),
+):
+    """Score box detections (person or face detection) per image.
+
+    Columns: average_recall (FHIBE: each ground-truth box's best IoU with a predicted box of its category, recall averaged over IoU 0.50:0.05:0.95, then over the image's boxes; docs/METHODS.md §6.1), recall_50 and recall_75 (share of boxes whose best IoU reaches 0.5 / 0.75) and iou (mean best IoU). A box without a prediction scores 0; an image without ground truth is empty (NaN).
+
+    Example:
+      fairvision score detections gt.json detections.json -o scores.parquet
+      fairvision audit model -s samples.csv --scores scores.parquet \\
+          -a gender -a age
+    """
+    _run_score("detections", gt, pred, output, per=per, sample_id=sample_id, iou_thresholds=iou,
+               categories=category, min_score=min_score, counts=counts)
+
+
+def score_masks_cmd(
+    gt: Path = _GT,
+    pred: Path = _PRED,
+    output: Path = _out(),
+    per: str = _per(),
+    sample_id: str = _sample_id(),
+    iou: List[float] = typer.Option([0.5, 0.75], "--iou", help="Mask IoU threshold of a recall_<t> column (repeat)."),
+    category: List[str] = _category(),
+    min_score: float = _min_score(),
+    counts: bool = _counts(),
+):
+    """Score instance masks (person segmentation) per image or instance; masks as COCO polygons or RLE.
+
+    Columns: average_recall over mask IoU 0.50:0.05:0.95 (FHIBE), recall_<t>, iou (best mask IoU of each instance) and dice (Dice of the same two masks, 2 IoU / (1 + IoU)); docs/METHODS.md §6.1. Images need width and height in the ground truth.
+
+    Example:
+      fairvision score masks gt.json segm.json --per instance -o masks.csv
+    """
+    _run_score("masks", gt, pred, output, per=per, sample_id=sample_id, iou_thresholds=iou,
+               categories=category, min_score=min_score, counts=counts)
+
+
+def score_keypoints_cmd(
+    gt: Path = _GT,
+    pred: Path = _PRED,
+    output: Path = _out(),
+    per: str = _per(),
+    sample_id: str = _sample_id(),
+    pck_alpha: float = typer.Option(0.5, "--pck-alpha", help="PCK threshold as a share of the normaliser (FHIBE: 0.5)."),
+    head: Optional[str] = typer.Option(None, "--head", help="Keypoint indices 'TOP,NECK' (0-based): normalise PCK by "
+                                                            "head length, as FHIBE. Default: by the ground-truth box's longer side."),
+    category: List[str] = _category(),
+    min_score: float = _min_score(),
+    counts: bool = _counts(),
+):
+    """Score pose estimation per image or instance: OKS and PCK.
+
+    Each ground-truth person is matched to the prediction with the highest OKS (COCO sigmas for the 17-keypoint skeleton, 0.1 otherwise). oks is that OKS; pck the share of labelled keypoints of the match within pck-alpha x the normaliser (docs/METHODS.md §6.1). A person without a prediction scores 0.
+
+    Example:
+      fairvision score keypoints gt.json kp.json --head 0,1 -o pose.parquet
+    """
+    hd = None
+    if head is not None:
+        try:
+            a, b = (int(v) for v in head.split(","))
+        except ValueError:
+            raise FairvisionError(f"--head {head!r}: expected two keypoint indices 'TOP,NECK', e.g. 0,1") from None
+        if a < 0 or b < 0:
+            raise FairvisionError(f"--head {head!r}: keypoint indices must be 0 or more")
+        hd = (a, b)
+    if not pck_alpha > 0:
+        raise FairvisionError("--pck-alpha must be positive")
+    _run_score("keypoints", gt, pred, output, per=per, sample_id=sample_id, categories=category, min_score=min_score,
+               counts=counts, pck_alpha=pck_alpha, head=hd)
+
+
+def audit_verification_cmd(
+    pairs: Path = typer.Option(..., "--pairs", "-p", help="Pairs table (CSV, TSV, Parquet, JSON/JSONL): sample_a, sample_b, "
+                                                         "score (similarity, higher = same person) and optionally same_subject (true/false)."),
+    samples: Path = typer.Option(..., "--samples", "-s", help="Sample table: sample_id, attribute columns, subject_id."),
+    attr: List[str] = typer.Option(..., "--attr", "-a", help="Attribute column that defines groups (repeat)."),
+    output: Path = typer.Option(Path("fairvision-verification-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    far: List[float] = typer.Option([0.001], "--far", help="Target false accept rate (repeat for several; FHIBE: 0.001)."),
+    threshold: str = typer.Option("group", "--threshold", help="'group': each group's own threshold from its impostor pairs (FHIBE); 'global': one threshold from all pairs."),
+    embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Score the pairs by cosine similarity of these embeddings (.npy with ids, .npz, or a table keyed by sample_id) instead of a score column."),
+    score_col: str = typer.Option("score", "--score-col", help="Column of the pairs table with the similarity."),
+    subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column of the samples table (default: subject_id if present). CIs resample people; without same_subject, genuine pairs are those of one person."),
+    max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes)."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples for the CIs (0 = none)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed for the bootstrap."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'difference>0.05', 'min<0.9', 'gender.difference>0.02', 'far0.01.min<0.95'. Repeat: any one failing fails."),
+    schema_file: Optional[Path] = typer.Option(None, "--schema", help="JSON schema: declared categories, bins, multi-valued attributes, hierarchies."),
+    title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+):
+    """Face verification: TAR at FAR by group and intersection, with subject-bootstrap CIs.
+
+    A pair counts for a group when both images are in it. Per group the threshold is the one that accepts at most FAR of its impostor pairs; TAR is the share of its genuine pairs above it (docs/METHODS.md §6.1). The report lists TAR with CIs per group, the worst and best group and their difference (with a CI). Quantities for --fail-if: min, max, difference, ratio, tar (all pairs), per attribute set as <attr>.difference, <attr>+<attr>.min, ...; for every FAR also with a far<FAR>. prefix.
+
+    Example:
+      fairvision audit verification --pairs pairs.csv --samples samples.csv \\
+          -a gender -a skin_tone --far 0.001 --fail-if 'difference>0.05' -o verif
+    """
+    # lazy: pandas, scipy and the report stack (see _run_score)
+    from fairvision.audits.scoring import audit_verification_pairs
+    from fairvision.io.embeddings import read_embeddings
+    from fairvision.io.pairs import read_pairs
+    from fairvision.io.tables import read_table
+    from fairvision.report import Report
+    from fairvision.report.sections.verification import verification_section
+    from fairvision.schema import Schema
+
+    check_outdir(output)
+    if threshold not in ("group", "global"):
+        raise FairvisionError(f"--threshold must be group or global, not {threshold!r}")
+    conditions = [parse_condition(c) for c in fail_if]
+    sdf = read_table(samples)
+    pdf = read_pairs(pairs, score_col=None if embeddings is not None else score_col)
+    emb = ids = None
+    if embeddings is not None:
+        emb, ids = read_embeddings(embeddings)
+    schema = (Schema.from_file(schema_file) if schema_file else Schema()).declare(attr)
+    result = audit_verification_pairs(
+        sdf, pdf, attr, far=far, threshold=threshold,
+        subject_col=subject_col or "subject_id", embeddings=emb, embedding_ids=ids, max_k=max_k, schema=schema,
+        min_subjects=min_subjects, n_boot=n_boot, seed=seed, source=str(samples), pairs_source=str(pairs),
+    )
+    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    report = Report(
+        title=title or f"Face verification audit: {pairs.name}",
+        subtitle="fairvision verification audit",
+        meta={"pairs": str(pairs), "samples": str(samples), "attributes": ", ".join(attr),
+              "far": ", ".join(f"{f:g}" for f in result.fars), "threshold": threshold, "min_subjects": min_subjects,
+              **gate_meta(evaluated)},
+    )
+    report.add(verification_section(result, conditions=evaluated))
+    paths = report.write(output)
+    ov = result.overall.iloc[0]
+    extra = f"{result.n_pairs:,} pairs ({result.n_genuine:,} genuine), {result.n_subjects:,} subjects; TAR @ FAR {result.fars[0]:g} = {ov['tar']:.3f}"
+    summ = result.summary[result.summary["far_target"] == result.fars[0]]
+    if summ["difference"].notna().any():
+        lead = summ.loc[summ["difference"].idxmax()]
+        extra += f"; largest gap {lead['difference']:.3f} ({lead['worst_group']} vs {lead['best_group']} by {lead['intersection']})"
+    done(paths, extra)
+    exit_if_gates_failed(evaluated)
+
+
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    score_app.command("detections")(score_detections_cmd)
+    score_app.command("masks")(score_masks_cmd)
+    score_app.command("keypoints")(score_keypoints_cmd)
+    app.add_typer(score_app, name="score")
+    audit_app.command("verification")(audit_verification_cmd)
