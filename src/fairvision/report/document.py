@@ -15,10 +15,11 @@ import pandas as pd
 from fairvision import __version__
 from fairvision.io.atomic import atomic_output_dir
 from fairvision.io.jsonable import to_jsonable
+from fairvision.report.findings import Finding, rank_findings
 from fairvision.report.formatting import flat_frame, format_number, has_meaningful_index, slug
 from fairvision.report.html import render_html
 
-__all__ = ["REPORT_SCHEMA", "REPORT_SCHEMA_VERSION", "Report", "Section", "figure_to_svg", "format_number",
+__all__ = ["REPORT_SCHEMA", "REPORT_SCHEMA_VERSION", "Finding", "Report", "Section", "figure_to_svg", "format_number",
            "frame_to_records"]
 
 REPORT_SCHEMA = "https://fairvision.dev/schema/report"
@@ -42,6 +43,7 @@ class Section:
 
     Use the builder methods (:meth:`text`, :meth:`metrics`, :meth:`table`,
     :meth:`figure`, :meth:`note`); each returns the section, so calls chain.
+    :meth:`finding` attaches a sentence for the report's findings summary.
     """
 
     id: str
@@ -49,6 +51,32 @@ class Section:
     intro: str | None = None
     blocks: list[dict] = field(default_factory=list)
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def finding(
+        self,
+        sentence: str,
+        severity: str = "info",
+        *,
+        target: str | None = None,
+        quantity: str | None = None,
+        value: Any = None,
+        ci_low: Any = None,
+        ci_high: Any = None,
+        pvalue: Any = None,
+        size: Any = None,
+        topic: str | None = None,
+    ) -> "Section":
+        """Add a sentence to the report's findings summary (see :class:`fairvision.report.findings.Finding`).
+
+        ``target`` names the block of this section (table, figure, key figures)
+        that shows the numbers; the summary links to it (else to the section).
+        Findings are ranked by :func:`fairvision.report.findings.rank_findings`
+        (docs/METHODS.md §9.1).
+        """
+        self.findings.append(Finding(sentence, severity, section=self.id, target=target, quantity=quantity, value=value,
+                                     ci_low=ci_low, ci_high=ci_high, pvalue=pvalue, size=size, topic=topic))
+        return self
 
     def text(self, text: str) -> "Section":
         """A paragraph of plain text (no HTML; it is escaped)."""
@@ -145,6 +173,10 @@ class Report:
                 return s
         raise KeyError(id)
 
+    def findings(self) -> list[Finding]:
+        """The findings of all sections, ranked (docs/METHODS.md §9.1)."""
+        return rank_findings(f for s in self.sections for f in s.findings)
+
     def to_dict(self) -> dict:
         return {
             "$schema": REPORT_SCHEMA,
@@ -154,6 +186,7 @@ class Report:
             "title": self.title,
             "subtitle": self.subtitle,
             "meta": to_jsonable(self.meta),
+            "findings": [{"rank": i + 1, **f.to_dict()} for i, f in enumerate(self.findings())],
             "sections": [s.to_dict() for s in self.sections],
         }
 

@@ -18,10 +18,49 @@ import pandas as pd  # noqa: E402
 PALETTE = ["#2f5d9e", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f", "#30343f", "#c3834c"]
 
 
+def tick_labels(index: pd.Index, labelled: bool = False) -> list[str]:
+    """Labels of an index's entries: ``"age = 0-2"`` when the index is named (``labelled``), the bare value otherwise;
+    tuples of a MultiIndex become ``"age = 0-2 × gender = Male"``."""
+    names = [n for n in index.names] if isinstance(index, pd.MultiIndex) else [index.name]
+    out = []
+    for i in index:
+        parts = list(i) if isinstance(i, tuple) else [i]
+        if labelled and len(names) == len(parts) and all(n is not None for n in names):
+            out.append(" × ".join(f"{n} = {v}" for n, v in zip(names, parts)))
+        else:
+            out.append(" × ".join(map(str, parts)))
+    return out
+
+
+def unstack_ordered(values: pd.Series, level: str | int) -> pd.DataFrame:
+    """``values.unstack(level)`` with rows and columns in the order of the index (the declared category order),
+    not sorted."""
+    idx = values.index
+    pos = idx.names.index(level) if isinstance(level, str) else level
+    cols = pd.unique(idx.get_level_values(pos))
+    rest = idx.droplevel(pos)
+    rows = pd.unique(rest) if not isinstance(rest, pd.MultiIndex) else rest.unique()
+    table = values.unstack(level)
+    out = table.reindex(index=rows, columns=cols)
+    out.index.name = rest.name if not isinstance(rest, pd.MultiIndex) else None
+    out.columns.name = idx.names[pos]
+    return out
+
+
+def text_colour(rgba) -> str:
+    """Black or white, whichever contrasts more with a background colour (WCAG relative luminance)."""
+    rgb = np.asarray(rgba[:3], dtype=float)
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    lum = float(lin @ np.array([0.2126, 0.7152, 0.0722]))
+    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+
+
 def bar(values: pd.Series, *, title: str = "", xlabel: str = "", ylabel: str = "count", horizontal: bool | None = None,
-        highlight: Sequence[bool] | None = None, annotate: bool = True):
-    """Bar chart of one value per group; empty groups stay visible as zero-height bars."""
-    labels = [str(i) if not isinstance(i, tuple) else " × ".join(map(str, i)) for i in values.index]
+        highlight: Sequence[bool] | None = None, annotate: bool = True, labelled: bool = False):
+    """Bar chart of one value per group; empty groups stay visible as zero-height bars.
+
+    With ``labelled``, a named index labels its bars ``"age = 0-2"``."""
+    labels = tick_labels(values.index, labelled)
     n = len(values)
     horizontal = n > 12 if horizontal is None else horizontal
     colors = [PALETTE[1] if (highlight is not None and highlight[i]) else PALETTE[0] for i in range(n)]
@@ -39,7 +78,7 @@ def bar(values: pd.Series, *, title: str = "", xlabel: str = "", ylabel: str = "
         ax.set_xlabel(xlabel)
         if annotate and n <= 30:
             for i, v in enumerate(values.to_numpy(dtype=float)):
-                ax.annotate(f"{v:g}", (i, v), ha="center", va="bottom", fontsize=7)
+                ax.annotate(f"{v:g}", (i, v), ha="center", va="bottom", fontsize=8)
     ax.set_title(title, fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
@@ -47,11 +86,19 @@ def bar(values: pd.Series, *, title: str = "", xlabel: str = "", ylabel: str = "
 
 
 def heatmap(data: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: str = "viridis", center: float | None = None,
-            vmin: float | None = None, vmax: float | None = None, cbar_label: str = "", annotate: bool | None = None):
-    """Heatmap of a 2-D table (rows x columns). ``center`` gives a diverging colour scale around that value."""
+            vmin: float | None = None, vmax: float | None = None, cbar_label: str = "", annotate: bool | None = None,
+            labelled: bool = False):
+    """Heatmap of a 2-D table (rows x columns) in the table's own row and column order.
+
+    ``center`` gives a diverging colour scale around that value. With
+    ``labelled``, a named index or column axis labels its ticks
+    ``"age = 0-2"`` (else the names become axis labels). Cell labels are
+    sized to the number of cells and drawn in black or white, whichever
+    contrasts more with the cell's colour.
+    """
     values = data.to_numpy(dtype=float)
     nr, nc = values.shape
-    fig, ax = plt.subplots(figsize=(min(14, max(4, 0.6 * nc + 2.5)), min(14, max(2.5, 0.42 * nr + 1.5))))
+    fig, ax = plt.subplots(figsize=(min(14, max(4.5, 0.9 * nc + 3)), min(14, max(2.6, 0.45 * nr + 1.6))))
     finite = values[np.isfinite(values)]
     if center is not None:
         span = np.nanmax(np.abs(finite - center)) if finite.size else 1.0
@@ -59,21 +106,23 @@ def heatmap(data: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: s
         vmin, vmax = center - span if vmin is None else vmin, center + span if vmax is None else vmax
         cmap = "RdBu_r" if cmap == "viridis" else cmap
     im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_xticks(range(nc), [str(c) for c in data.columns], rotation=45 if nc > 4 else 0, ha="right" if nc > 4 else "center", fontsize=8)
-    ax.set_yticks(range(nr), [str(r) if not isinstance(r, tuple) else " × ".join(map(str, r)) for r in data.index], fontsize=8)
-    ax.set_xlabel(str(data.columns.name or ""))
-    ax.set_ylabel(str(data.index.name or ""))
+    xl, yl = tick_labels(data.columns, labelled), tick_labels(data.index, labelled)
+    rotate = nc > 4 or max((len(t) for t in xl), default=0) > 14
+    ax.set_xticks(range(nc), xl, rotation=30 if rotate else 0, ha="right" if rotate else "center", fontsize=9)
+    ax.set_yticks(range(nr), yl, fontsize=9)
+    if not labelled:
+        ax.set_xlabel(str(data.columns.name or ""))
+        ax.set_ylabel(str(data.index.name or ""))
     if annotate is None:
         annotate = nr * nc <= 200
     if annotate:
-        lo, hi = im.get_clim()
+        size = 11 if nr * nc <= 24 else 10 if nr * nc <= 60 else 9 if nr * nc <= 120 else 8
         for i in range(nr):
             for j in range(nc):
                 v = values[i, j]
                 if np.isfinite(v):
-                    frac = (v - lo) / (hi - lo) if hi > lo else 0.5
-                    dark = frac < 0.3 or frac > 0.7 if center is not None else frac < 0.55
-                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color="white" if dark else "black")
+                    colour = text_colour(im.cmap(im.norm(v)))
+                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=size, color=colour)
     cb = fig.colorbar(im, ax=ax, shrink=0.8)
     cb.set_label(cbar_label)
     ax.set_title(title, fontsize=11)
@@ -82,9 +131,12 @@ def heatmap(data: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: s
 
 
 def forest(data: pd.DataFrame, *, estimate: str = "estimate", low: str = "ci_low", high: str = "ci_high", title: str = "",
-           xlabel: str = "", reference: float | None = None, band: tuple[float, float] | None = None, flag: str | None = None):
-    """Forest plot: one row per group with its estimate and CI; ``band`` shades an acceptable range."""
-    labels = [str(i) if not isinstance(i, tuple) else " × ".join(map(str, i)) for i in data.index]
+           xlabel: str = "", reference: float | None = None, band: tuple[float, float] | None = None, flag: str | None = None,
+           labelled: bool = False):
+    """Forest plot: one row per group with its estimate and CI; ``band`` shades an acceptable range.
+
+    With ``labelled``, a named index labels its rows ``"age = 0-2"``."""
+    labels = tick_labels(data.index, labelled)
     n = len(data)
     fig, ax = plt.subplots(figsize=(7, max(2.2, 0.3 * n + 1.2)))
     y = np.arange(n)

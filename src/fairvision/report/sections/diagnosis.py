@@ -12,6 +12,7 @@ import pandas as pd
 
 from fairvision.report import plots
 from fairvision.report.document import Section
+from fairvision.report.findings import ci_text, group_text, p_text, test_severity
 
 
 def error_model_section(result, *, id: str = "diagnosis-errors", title: str = "What drives the errors") -> Section:
@@ -32,8 +33,17 @@ def error_model_section(result, *, id: str = "diagnosis-errors", title: str = "W
     if not result.explained:
         s.note(f"The annotations barely predict the {result.label} of held-out subjects (R² = {result.r2_forest:.3f} "
                f"< {result.min_r2}); the ranking and rules below most likely describe noise.", "warning")
+        s.finding(f"The annotations barely predict the {result.label} of held-out subjects (R² = {result.r2_forest:.3f}); "
+                  "the error model's rules most likely describe noise", "info", target="overview",
+                  quantity="r2_forest", value=result.r2_forest)
     else:
         worst = result.rules.iloc[0]
+        rel = abs(worst["mean"] - result.overall_mean) / abs(result.overall_mean) if result.overall_mean else None
+        s.finding(f"Worst rule for {result.label}: {worst['condition']}: mean {worst['mean']:.3g}"
+                  f"{ci_text(worst['ci_low'], worst['ci_high'], lambda v: f'{v:.3g}')} vs {result.overall_mean:.3g} overall "
+                  f"(n = {int(worst['n']):,}; held-out R² {result.r2_forest:.3f}); top feature "
+                  f"{result.importances.index[0]}", "medium", target="rules", quantity="rule_mean", value=worst["mean"],
+                  ci_low=worst["ci_low"], ci_high=worst["ci_high"], size=min(rel, 1.0) if rel is not None else None)
         s.note(f"Worst rule: {worst['rule']} (overall mean {result.overall_mean:.3g}). "
                f"Top feature: {result.importances.index[0].replace('_', ' ')}.", "finding")
     imp = result.importances
@@ -70,7 +80,16 @@ def patterns_section(result, *, id: str = "diagnosis-patterns", title: str = "Er
                            "significant rules": n_sig})
     if n_sig == 0:
         s.note("No attribute combination co-occurs with low scores more than chance allows.", "info")
+        s.finding(f"No attribute combination co-occurs with a low {result.score} more than chance allows "
+                  f"({result.n_tested} combinations tested, {result.correction} correction)", "info", target="overview",
+                  quantity="significant_rules", value=0)
     else:
+        for _, r in rules[rules["significant"].astype(bool)].head(5).iterrows():
+            excess = float(r["confidence"]) - result.base_rate
+            s.finding(f"{r['items']} → low {result.score}: {r['confidence']:.1%} of {int(r['n']):,} samples vs "
+                      f"{result.base_rate:.1%} overall (lift {r['lift']:.2f}; {p_text(r['pvalue_adjusted'])})",
+                      test_severity(r["pvalue_adjusted"], result.alpha, excess), target="rules",
+                      quantity="lift", value=r["lift"], pvalue=r["pvalue_adjusted"], size=excess)
         top = rules[rules["significant"]].iloc[0]
         s.note(f"Top significant rule: {top['items']} → low {result.score} (lift {top['lift']:.2f}, "
                f"confidence {top['confidence']:.1%}, n = {top['n_matching']}). Use it as a group with "
@@ -93,6 +112,7 @@ def confounder_section(result, *, id: str = "diagnosis-confounders", title: str 
         f"pooled within strata of {c} ({result.test}), and inside every stratum. P-values are "
         f"{result.correction}-corrected; cells with fewer than {result.min_count} subjects are not tested."))
     s.note(result.message, "finding" if result.disparity_before else "info")
+    _confounder_findings(s, result, a, c)
     s.metrics("overview", {"strata": len(result.strata_labels), "pairs": len(result.overall),
                            "significant before": int(result.overall["significant"].sum()),
                            "significant after": int(result.stratified["significant"].sum())})
@@ -102,9 +122,11 @@ def confounder_section(result, *, id: str = "diagnosis-confounders", title: str 
     s.table("overall", result.overall, "Without stratification.", highlight="significant")
     s.table("stratified", result.stratified, f"Pooled within strata of {c} ({result.test}).", highlight="significant")
     s.table("within", result.within, f"Inside each stratum of {c}.", highlight="significant")
-    cells = result.cells["mean"].unstack("group")
+    cells = plots.unstack_ordered(result.cells["mean"], "group")
+    cells.index.name, cells.columns.name = result.confounder, result.attribute
     if cells.size:
-        s.figure("cells", plots.heatmap(cells, title=f"Mean {result.score} by {c} stratum and {a}", fmt="{:.3g}"),
+        s.figure("cells", plots.heatmap(cells, title=f"Mean {result.score} by {c} stratum and {a}", fmt="{:.3g}",
+                                        labelled=True),
                  f"Mean {result.score} per stratum (rows) and group (columns).",
                  data={"strata": [str(i) for i in cells.index], "groups": [str(g) for g in cells.columns],
                        "mean": cells.to_numpy().tolist()})
@@ -125,6 +147,16 @@ def counterfactual_section(result, *, id: str = "diagnosis-counterfactual",
     if result.n_unpaired:
         s.note(f"{result.n_unpaired} variant rows had no '{result.reference}' partner and were left out of the tests.",
                "warning")
+    for (m, v, cl), row in t[t["significant"].astype(bool)].iterrows():
+        s.finding(f"{m}: {v} images change the accuracy of class = {cl} by {row['change']:+.1f} points "
+                  f"({100 * row['acc_reference']:.1f}% → {100 * row['acc_variant']:.1f}%; {p_text(row['pvalue_adjusted'])})",
+                  test_severity(row["pvalue_adjusted"], result.alpha, abs(row["change"]) / 100.0), target="tests",
+                  quantity=f"change.{m}.{v}.{cl}", value=row["change"], pvalue=row["pvalue_adjusted"],
+                  size=abs(row["change"]) / 100.0)
+    if len(t) and not t["significant"].astype(bool).any():
+        s.finding(f"No variant changes any class's accuracy significantly against '{result.reference}' "
+                  f"({len(t)} tests, {result.correction} correction)", "info", target="tests",
+                  quantity="significant_changes", value=0)
     for (m, v, cl), row in t[t["significant"]].iterrows():
         s.note(f"{m}: {v} changes the accuracy of class {cl} by {row['change']:+.1f} points "
                f"({100 * row['acc_reference']:.1f}% → {100 * row['acc_variant']:.1f}%, adjusted p = {row['pvalue_adjusted']:.2g}).",
@@ -132,7 +164,7 @@ def counterfactual_section(result, *, id: str = "diagnosis-counterfactual",
     acc = result.accuracy.copy()
     acc.columns = [f"{v} / {c}" for v, c in acc.columns]
     s.table("accuracy", acc, "Accuracy (%) per variant and class (Thong et al. Table 4 layout).")
-    change = t["change"].unstack(["variant"]) if len(t) else pd.DataFrame()
+    change = plots.unstack_ordered(t["change"], "variant") if len(t) else pd.DataFrame()
     if change.size:
         change.index = [f"{m} / {c}" for m, c in change.index]
         s.figure("change", plots.heatmap(change, title=f"Accuracy change vs {result.reference} (points)", center=0.0,
@@ -162,9 +194,34 @@ def transect_section(checks: pd.DataFrame, *, axis: str, delta: float, id: str =
         s.note(f"{skipped} images were not shifted (no skin mask, or a grey skin region for a hue transect); "
                "see the 'reason' column.", "warning")
     bad = done[~done["ok"].astype(bool)] if len(done) else done
+    s.finding(f"{int(done['ok'].sum()) if len(done) else 0} of {len(checks)} images reached the requested {delta:+g}{unit} "
+              f"shift in {name} within tolerance" + (f"; {skipped} were not shifted" if skipped else ""),
+              "medium" if len(bad) or skipped else "info", target="checks", quantity="within_tolerance",
+              value=int(done["ok"].sum()) if len(done) else 0,
+              size=(len(bad) + skipped) / len(checks) if len(checks) else None)
     if len(bad):
         s.note(f"{len(bad)} images missed the tolerance (large gamut clipping); see 'error' and 'other_change'.",
                "warning")
     s.table("checks", checks, "Requested and achieved shift per image, drift of the other axis and share of "
             "gamut-mapped pixels.", highlight=None)
     return s
+
+
+def _confounder_findings(s: Section, result, a: str, c: str) -> None:
+    """Findings of a confounder analysis: each pair that still differs within strata, or the verdict."""
+    st = result.stratified
+    sig = st[st["significant"].astype(bool)] if len(st) else st
+    for (x, y), row in sig.iterrows():
+        s.finding(f"{group_text(result.attribute, x)} vs {group_text(result.attribute, y)}: the {result.score} difference "
+                  f"survives holding {c} fixed ({result.test}, {p_text(row['pvalue_adjusted'])})",
+                  "high", target="stratified", quantity="pvalue_adjusted", value=row["pvalue_adjusted"],
+                  pvalue=row["pvalue_adjusted"])
+    if not len(sig):
+        before = int(result.overall["significant"].sum()) if len(result.overall) else 0
+        if before:
+            s.finding(f"The {a} difference in {result.score} ({before} of {len(result.overall)} pairs) disappears once {c} "
+                      f"is held fixed ({result.test})", "medium", target="stratified",
+                      quantity="significant_after", value=0)
+        else:
+            s.finding(f"No significant {a} difference in {result.score}, with or without holding {c} fixed", "info",
+                      target="overall", quantity="significant_before", value=0)

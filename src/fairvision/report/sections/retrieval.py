@@ -17,6 +17,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from fairvision.report import Section
 from fairvision.report import plots
+from fairvision.report.findings import ci_text, group_text, num, p_text
 
 _CONTRAST_COLS = ["n_queries", "n_results", "share", "catalog_share", "statistic", "pvalue", "method", "pvalue_adjusted",
                   "reject", "rr", "rr_ci_low", "rr_ci_high", "nrr", "fair_80", "too_small"]
@@ -94,6 +95,7 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
         "bias detected": bool(om.pvalue < par.alpha),
         "values failing 80% rule": int((~par.contrasts["fair_80"].fillna(True).astype(bool)).sum()),
     })
+    add_findings(sec, audit)
     if om.pvalue < par.alpha:
         sec.note(f"The omnibus test rejects distribution parity (chi2({om.df}) = {om.statistic:.4g}, "
                  f"p = {om.pvalue:.3g} < {par.alpha:g}).", level="finding")
@@ -132,7 +134,9 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
         fdf["flag"] = fdf["reject"].astype(bool) & ~fdf["fair_80"].astype(bool)
         hi_cap = np.where(np.isfinite(fdf["rr_ci_high"].to_numpy(dtype=float)), fdf["rr_ci_high"].to_numpy(dtype=float), np.nan)
         fdf["rr_ci_high_plot"] = hi_cap
-        fig = plots.forest(fdf, estimate="rr", low="rr_ci_low", high="rr_ci_high_plot", reference=1.0, band=(0.8, 1.25),
+        plot_df = fdf.copy()
+        plot_df.index = [group_text(attr, v) for v in fdf.index]
+        fig = plots.forest(plot_df, estimate="rr", low="rr_ci_low", high="rr_ci_high_plot", reference=1.0, band=(0.8, 1.25),
                            flag="flag", xlabel="risk ratio RR (log scale)", title="Risk ratio of same-value results per query value")
         fig.axes[0].set_xscale("log")
         _plain_log_ticks(fig.axes[0])
@@ -171,3 +175,44 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
             sec.table("embedding_failures", st.loc[~st["ok"], ["item_id", "reason"]].set_index("item_id"),
                       caption="Images left out of the catalog (no embedding).")
     return sec
+
+
+def add_findings(sec: Section, audit) -> None:
+    """Findings of a retrieval audit (docs/METHODS.md §9.1): the omnibus test, every value whose contrast
+    test rejects parity or whose nRR fails the 80% rule, and values the catalog is too small to judge."""
+    par, attr = audit.parity, audit.attribute
+    om = par.omnibus
+    if np.isfinite(om.pvalue):
+        if om.pvalue < par.alpha:
+            sec.finding(f"The {attr} of a query changes the {attr} of its top-{par.k} results: omnibus chi2({om.df}) = "
+                        f"{om.statistic:.4g}, {p_text(om.pvalue, adjusted=False)}", "high", target="overview",
+                        quantity="omnibus_p", value=om.pvalue, pvalue=om.pvalue)
+        else:
+            sec.finding(f"No evidence that the {attr} of a query changes its top-{par.k} results (omnibus "
+                        f"{p_text(om.pvalue, adjusted=False)}); see the power analysis before reading this as parity",
+                        "info", target="overview", quantity="omnibus_p", value=om.pvalue, pvalue=om.pvalue)
+    con = par.contrasts
+    for value, row in con.iterrows():
+        nrr = float(row["nrr"])
+        if not np.isfinite(nrr):
+            continue
+        reject = bool(row.get("reject", False))
+        unfair = nrr < 0.8
+        if not (reject or unfair):
+            continue
+        too_small = bool(row.get("too_small", False))
+        sev = "info" if too_small else "high" if reject and unfair else "medium"
+        p = row.get("pvalue_adjusted", row.get("pvalue"))
+        rule = "fails" if unfair else "meets"
+        sec.finding(f"{group_text(attr, value)}: same-value results at RR {num(row['rr'])}"
+                    f"{ci_text(row['rr_ci_low'], row['rr_ci_high'])} times the catalog share; nRR {num(nrr)} {rule} "
+                    f"the 80% rule ({p_text(p)})" + ("; too few queries to judge" if too_small else ""), sev, target="contrasts", quantity=f"rr.{value}", value=row["rr"],
+                    ci_low=row["rr_ci_low"], ci_high=row["rr_ci_high"], pvalue=p, size=1.0 - nrr)
+    if audit.adequacy is not None:
+        adq = audit.adequacy.table
+        small = [v for v in adq.index[~adq["large_enough"].astype(bool)] if v != "omnibus"]
+        if small:
+            sec.finding("The catalog is too small to detect an 80%-rule violation for "
+                        + ", ".join(group_text(attr, v) for v in small[:5]) + (", ..." if len(small) > 5 else "")
+                        + f" (power below {audit.target_power:.0%})", "medium", target="catalog_size_check",
+                        quantity="n_too_small_to_test", value=len(small))

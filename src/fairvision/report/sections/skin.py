@@ -11,7 +11,11 @@ import pandas as pd  # noqa: E402
 
 from fairvision.audits.skin import SkinComparison, SkinDistribution  # noqa: E402
 from fairvision.report import Section  # noqa: E402
+from fairvision.report.findings import group_text, imbalance_severity, p_text, test_severity, verb  # noqa: E402
 from fairvision.report.plots import PALETTE  # noqa: E402
+
+#: significance level of the skin colour tests' findings
+ALPHA = 0.05
 
 __all__ = ["skin_section", "histogram_figure", "scatter_figure"]
 
@@ -101,6 +105,7 @@ def skin_section(result: SkinDistribution | SkinComparison, *, title: str = "App
     sec.metrics("coverage", {f"{d.name}: measured": d.n_measured for d in dists}
                 | {f"{d.name}: no measurement": d.n_failed for d in dists},
                 caption="Images with a skin colour measurement.")
+    add_findings(sec, result)
     if isinstance(result, SkinComparison):
         t = result.test
         a, b = result.names
@@ -133,3 +138,80 @@ def skin_section(result: SkinDistribution | SkinComparison, *, title: str = "App
         sec.table("quality_flags", ft, caption="Measured images carrying each quality flag (e.g. low_stability: the "
                   "estimate moves under pixel resampling; achromatic: greyscale image, hue meaningless).")
     return sec
+
+
+def _pct1(x: float) -> str:
+    return f"{float(x):.1f}%"
+
+
+def _distribution_findings(sec: Section, d: SkinDistribution, suffix: str, tag: str) -> None:
+    if d.n_measured == 0:
+        return
+    t = d.table  # percent, rounded as in the table shown (two decimals)
+    counts = d.cells["count"]
+    tone = t.loc["Total", ["light", "dark"]].round(2)
+    hue = t.loc[["red", "yellow"], "Total"].round(2)
+    tone_n = counts.groupby(level="skin_tone").sum()
+    hue_n = counts.groupby(level="skin_hue").sum()
+    for var, split, n, desc, column in (
+        ("tone", tone, tone_n, {"dark": f"dark (L* < {d.thresholds['L']:g})", "light": f"light (L* >= {d.thresholds['L']:g})"},
+         "skin_tone"),
+        ("hue", hue, hue_n, {"red": f"red (h* < {d.thresholds['hue']:g}°)", "yellow": f"yellow (h* >= {d.thresholds['hue']:g}°)"},
+         "skin_hue"),
+    ):
+        major = split.idxmax()
+        minor = [c for c in split.index if c != major][0]
+        gap = abs(float(n[major] - n[minor])) / d.n_measured  # the NSD of a two-group split
+        sec.finding(f"skin {var}{tag}: {_pct1(split[major])} of the {d.n_measured:,} measured images are {desc[major]}, "
+                    f"{_pct1(split[minor])} {minor}", imbalance_severity(gap), target=f"table1{suffix}",
+                    quantity=f"percent.{major}", value=float(split[major]), size=gap,
+                    topic=None if tag else f"balance:{column}")
+    share_failed = d.n_failed / d.n_images if d.n_images else 0.0
+    if d.n_failed:
+        sec.finding(f"{d.n_failed:,} of {d.n_images:,} images{tag} {verb(d.n_failed)} no skin colour measurement and are left out",
+                    "medium" if share_failed >= 0.1 else "info", target="coverage", quantity="n_failed",
+                    value=d.n_failed, size=share_failed)
+    g = d.group_test
+    if d.by_group is not None and g is not None and np.isfinite(g.statistic):
+        by = [n for n in d.by_group.index.names if n != "skin_colour"]
+        v = g.cramers_v
+        what = " × ".join(by)
+        if g.pvalue < ALPHA:
+            text = (f"Skin colour differs across {what} groups{tag}: chi-square {g.statistic:.4g} (df {g.df}), "
+                    f"{p_text(g.pvalue, adjusted=False)}")
+        else:
+            text = f"Skin colour does not differ detectably across {what} groups{tag} ({p_text(g.pvalue, adjusted=False)})"
+        sec.finding(text, test_severity(g.pvalue, ALPHA, v), target=f"group_test{suffix}", quantity="group_test.pvalue",
+                    value=g.pvalue, pvalue=g.pvalue, size=v)
+        small = d.by_group.loc[d.by_group["too_small"].astype(bool)]
+        if len(small):
+            groups = small.index.droplevel("skin_colour").unique()
+            noun = "group" if len(groups) == 1 else "groups"
+            sec.finding(f"{len(groups)} {what} {noun}{tag} {verb(len(groups))} too few measured images to judge and "
+                        "are left out of the test: " + ", ".join(group_text(by, gr) for gr in groups[:4]) + (", ..." if len(groups) > 4 else ""),
+                        "medium", target=f"by_group{suffix}", quantity="n_small_groups", value=len(groups))
+    if len(d.flag_counts):
+        top = d.flag_counts.sort_values(ascending=False, kind="stable").head(3)
+        sec.finding(f"Quality flags{tag}: " + ", ".join(f"{f} on {int(c):,}" for f, c in top.items())
+                    + f" of {d.n_measured:,} measured images", "info", target="quality_flags",
+                    quantity=f"flags.{top.index[0]}", value=int(top.iloc[0]))
+
+
+def add_findings(sec: Section, result: SkinDistribution | SkinComparison) -> None:
+    """Findings of a skin colour audit (docs/METHODS.md §9.1): the light/dark and red/yellow splits, missing
+    measurements, the test across groups, quality flags and, for two sets, their comparison."""
+    if isinstance(result, SkinComparison):
+        t = result.test
+        a, b = result.names
+        if np.isfinite(t.pvalue):
+            big = result.difference.abs().idxmax()
+            change = float(result.difference[big])
+            outcome = "differ" if t.pvalue < ALPHA else "do not differ detectably"
+            sec.finding(f"The skin colour of {a} and {b} {outcome}: largest change {big[1]}-{big[0]} "
+                        f"{change:+.2f} percentage points ({b} minus {a}); chi-square {p_text(t.pvalue, adjusted=False)}",
+                        test_severity(t.pvalue, ALPHA, abs(change) / 100.0), target="comparison",
+                        quantity="difference_pp", value=change, pvalue=t.pvalue, size=abs(change) / 100.0)
+        for i, d in enumerate((result.first, result.second)):
+            _distribution_findings(sec, d, f"_{i + 1}", f" ({d.name})")
+    else:
+        _distribution_findings(sec, result, "", "")
