@@ -57,6 +57,12 @@ def model_minus_inf_score(tmp):
     return ["audit", "model", "-s", s, "--scores", sc, "-a", "gender", "--n-boot", "0"], [f"{sc}: row 1", "-inf"]
 
 
+def model_text_in_scores(tmp):
+    s = _samples(tmp)
+    sc = _scores(tmp, s, lambda d: d.__setitem__("recall", d["recall"].astype(object).where(d.index != 3, "high")))
+    return ["audit", "model", "-s", s, "--scores", sc, "-a", "age", "-m", "recall", "--n-boot", "0"], [f"{sc}: row 4", "'recall'", "'high'"]
+
+
 def model_float_attribute(tmp):
     s = _samples(tmp, weight=lambda d: np.linspace(40, 90, len(d)))
     sc = _scores(tmp, s)
@@ -154,7 +160,7 @@ def skin_same_stem_twice(tmp):
     return ["skin", "measure", d, "--no-progress"], ["a.jpg", "a.png", "'a'"]
 
 
-CASES = [model_inf_score, model_minus_inf_score, model_float_attribute, model_empty_attribute, dataset_float_attribute,
+CASES = [model_inf_score, model_minus_inf_score, model_text_in_scores, model_float_attribute, model_empty_attribute, dataset_float_attribute,
          dataset_list_attribute, dataset_unwritable_output, diagnose_constant_score, diagnose_inf_score,
          diagnose_inf_in_scores_file, diagnose_empty_feature, retrieval_k_deeper_than_runs, retrieval_empty_attribute,
          skin_unreadable_image, skin_missing_image, skin_empty_folder, skin_same_stem_twice]
@@ -240,18 +246,18 @@ def test_interrupt_exits_130_with_one_line(tmp_path, capsys):
 @pytest.mark.vision
 def test_interrupt_of_a_real_process(tmp_path):
     """Ctrl-C of the installed command while its workers measure: status 130 and exactly one line
-    (no blank line, no traceback), no output table, and the finished images kept in the cache."""
+    (no blank line, no traceback), no output table, and the finished images kept in the results store."""
     pytest.importorskip("mediapipe")
     import time
 
     fairface = PORTRAITS.parent / "fairface"
-    out, cache = tmp_path / "skin.parquet", tmp_path / "cache"
+    out, store = tmp_path / "skin.parquet", tmp_path / "store"
     p = subprocess.Popen([sys.executable, "-m", "fairvision", "skin", "measure", str(fairface), "--workers", "2",
-                          "--cache", str(cache), "-o", str(out)],
+                          "--store", str(store), "-o", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(cache.rglob("*.json")):
+        while time.monotonic() < deadline and not any(store.glob("skin/part-*.parquet")):
             time.sleep(0.05)  # interrupt once the first images are finished
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
@@ -260,7 +266,7 @@ def test_interrupt_of_a_real_process(tmp_path):
     assert p.returncode == 130, err
     assert err.splitlines() == [err.strip()] and err.startswith("error: interrupted"), repr(err)
     assert not out.exists()
-    assert any(cache.rglob("*.json"))
+    assert any(store.glob("skin/part-*.parquet"))
 
 
 def test_json_report_of_a_previous_run_survives_a_failed_rerun(tmp_path):

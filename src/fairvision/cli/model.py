@@ -76,6 +76,7 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     from fairvision.audits.model import audit_model
     from fairvision.io.scores import join_scores, score_columns
     from fairvision.io.tables import read_table
+    from fairvision.io.validate import finite_values
     from fairvision.report import Report
     from fairvision.report.sections.model import model_section
     from fairvision.schema import Schema
@@ -92,6 +93,9 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
         metrics = score_columns(cdf, exclude=(true_col, pred_col, subject_col, "subject_id", "image_id", "id"))
         if not metrics and true_col is None:
             raise FairvisionError(f"{c_src}: no numeric score columns; name them with --metric")
+    for m in metrics:  # a bad score is reported in the scores file, at its own row
+        if m in cdf.columns and m not in sdf.columns:
+            finite_values(cdf, m, source=c_src, what="metric")
     if subject_col is None:
         subject_col = "subject_id" if "subject_id" in data.columns else None
     elif subject_col not in data.columns:
