@@ -108,24 +108,26 @@ def test_workers_are_single_threaded_by_default():
     assert all(o.value == [1] for o in out), [o.value for o in out]
 
 
-def test_result_cache_round_trip_and_torn_records(tmp_path):
+def test_content_keys_and_the_results_store(tmp_path):
+    """Results are kept by content key in the results store (which replaced the per-command JSON cache);
+    a part torn by a crash is never seen (it is written under a temporary name first)."""
     import numpy as np
 
-    from fairvision.engine import ResultCache, content_key, file_signature
+    from fairvision.engine import content_key, file_signature
+    from fairvision.io.store import ResultsStore
 
-    cache = ResultCache(tmp_path / "c")
     key = content_key({"image": file_signature(tmp_path / "none.png"), "params": {"a": 1}})
-    assert cache.get(key) is None
-    cache.put(key, {"L": np.float64(61.5), "ok": True, "reason": None})
-    assert cache.get(key) == {"L": 61.5, "ok": True, "reason": None}
     assert content_key({"params": {"a": 1}, "image": file_signature(tmp_path / "none.png")}) == key  # order-free
     assert content_key({"params": {"a": 2}}) != content_key({"params": {"a": 1}})
-    path = tmp_path / "c" / key[:2] / f"{key}.json"
-    path.write_text('{"L": 6')  # torn by a crash: a miss, not an error
-    assert cache.get(key) is None
-    other = content_key("other")
-    path.write_text('{"L": 1, "_key": "%s"}' % other)  # a record under the wrong name is a miss
-    assert cache.get(key) is None
+    store = ResultsStore(tmp_path / "s")
+    assert store.get_many("stage", [key]) == {}
+    store.put("stage", key, {"L": np.float64(61.5), "ok": True, "reason": None, "x": np.nan})
+    assert store.get_many("stage", [key]) == {}  # buffered until flushed
+    store.flush()
+    got = store.get_many("stage", [key, content_key("other")])
+    assert list(got) == [key] and got[key] == {"L": 61.5, "ok": True, "reason": None, "x": None, "_subjects": {None}}
+    (tmp_path / "s" / "stage" / ".part-torn.parquet.tmp").write_bytes(b"PAR1 torn")  # a write killed midway
+    assert list(store.get_many("stage", [key])) == [key]
 
 
 def test_file_signature_changes_with_the_file(tmp_path):

@@ -59,9 +59,9 @@ def test_portraits_end_to_end_two_workers(portraits):
     assert row.L == pytest.approx(direct.L, abs=1e-4) and row.hue == pytest.approx(direct.hue, abs=1e-4)
 
 
-def test_cache_hits_misses_and_resume(few, tmp_path):
-    cache = tmp_path / "cache"
-    kw = dict(method="mean", workers=1, progress=False, categories=False, cache_dir=cache)
+def test_store_hits_misses_and_resume(few, tmp_path):
+    store = tmp_path / "store"
+    kw = dict(method="mean", workers=1, progress=False, categories=False, store=store)
     first = measure_images(few, **kw)
     assert not first.from_cache.any()
     again = measure_images(few, **kw)
@@ -70,11 +70,18 @@ def test_cache_hits_misses_and_resume(few, tmp_path):
     # a changed parameter is a miss
     assert not measure_images(few, **{**kw, "method": "median_ita"}).from_cache.any()
     assert not measure_images(few, **{**kw, "faces": "largest"}).from_cache.any()
-    # a changed file is a miss for that file only
+    # a touched file is still a hit (the key is the content); a changed file is a miss for that file only
     p = few.image_path[1]
     st = os.stat(p)
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert measure_images(few, **kw).from_cache.all()
+    with open(p, "ab") as fh:
+        fh.write(b"\0")  # after the JPEG's end: the same picture, other bytes
     assert measure_images(few, **kw).from_cache.tolist() == [True, False, True, True]
+    # a moved copy of a stored image is a hit
+    moved = tmp_path / "elsewhere.jpg"
+    moved.write_bytes(open(few.image_path[2], "rb").read())
+    assert measure_images([moved], **kw).from_cache.all()
 
 
 def _stop_after(n):
@@ -86,8 +93,7 @@ def _stop_after(n):
 
 
 def test_interrupted_run_continues_where_it_stopped(few, tmp_path):
-    cache = tmp_path / "cache"
-    kw = dict(method="mean", progress=False, categories=False, cache_dir=cache)
+    kw = dict(method="mean", progress=False, categories=False, store=tmp_path / "store")
     with pytest.raises(KeyboardInterrupt):
         measure_images(few, workers=1, **{**kw, "progress": _stop_after(2)})
     resumed = measure_images(few, workers=2, **kw)
@@ -157,10 +163,10 @@ def test_overlays_written(few, tmp_path):
         assert ov.shape == img.shape
         changed = np.any(ov != img, axis=2)
         assert 0.01 < changed.mean() < 0.6  # the face region is drawn on, not the whole image
-    # with a cache, a run that asks for overlays that are missing recomputes them
-    cache = tmp_path / "c"
-    measure_images(few.head(1), cache_dir=cache, method="mean", workers=1, progress=False, categories=False)
-    df = measure_images(few.head(1), cache_dir=cache, method="mean", overlays_dir=tmp_path / "ov2", workers=1,
+    # with a store, a run that asks for overlays that are missing recomputes them
+    store = tmp_path / "c"
+    measure_images(few.head(1), store=store, method="mean", workers=1, progress=False, categories=False)
+    df = measure_images(few.head(1), store=store, method="mean", overlays_dir=tmp_path / "ov2", workers=1,
                         progress=False, categories=False, overlay=render_overlay)
     assert not df.from_cache.any() and (tmp_path / "ov2" / f"{df.sample_id[0]}.png").is_file()
 
@@ -202,14 +208,17 @@ def test_cli_measure_folder(tmp_path, few, capsys):
     folder = os.path.dirname(few.image_path[0])
     out = tmp_path / "skin.csv"
     code = main(["skin", "measure", folder, "-o", str(out), "--method", "mean", "-j", "1", "--no-progress",
-                 "--cache", str(tmp_path / "c")])
+                 "--store", str(tmp_path / "c")])
     assert code == 0
     got = pd.read_csv(out)
     assert len(got) == 4 and got.ok.all()
     assert "4 images: 4 measured, 0 no face" in capsys.readouterr().out
     code = main(["skin", "measure", folder, "-o", str(out), "--method", "mean", "-j", "1", "--no-progress",
-                 "--cache", str(tmp_path / "c")])
-    assert code == 0 and "(4 from cache)" in capsys.readouterr().out
+                 "--cache", str(tmp_path / "c")])  # the old name of --store
+    assert code == 0 and "(4 from the store)" in capsys.readouterr().out
+    code = main(["skin", "measure", folder, "-o", str(out), "--method", "mean", "-j", "1", "--no-progress",
+                 "--no-store"])
+    assert code == 0 and "from the store" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -248,10 +257,10 @@ def test_overlay_clusters_reproduce_the_estimator_assignment(portraits):
         assert np.bincount(labels, minlength=5).tolist() == list(meas.extra["cluster_sizes"])
 
 
-def test_changed_code_is_a_cache_miss(few, tmp_path, monkeypatch):
+def test_changed_code_is_a_store_miss(few, tmp_path, monkeypatch):
     import fairvision.audits.skin_batch as sb
 
-    kw = dict(method="mean", workers=1, progress=False, categories=False, cache_dir=tmp_path / "c")
+    kw = dict(method="mean", workers=1, progress=False, categories=False, store=tmp_path / "c")
     measure_images(few.head(2), **kw)
     assert measure_images(few.head(2), **kw).from_cache.all()
     monkeypatch.setattr(sb, "code_signature", lambda: "different code")

@@ -11,13 +11,13 @@ categories (:func:`fairvision.skin.categories.add_categories`, docs/METHODS.md Â
   second chance (face detector + dlib's 68 landmarks) at the end, in one worker,
   so dlib's model (about 0.5 s to load) is loaded once per run, in the
   background, and only when needed.
-- Resumable cache (:class:`fairvision.engine.cache.ResultCache`): one small JSON
-  record per image in ``cache_dir``, keyed by a SHA-256 of the image's absolute
-  path, size and modification time, the mask file's (if any), every parameter
-  that changes the answer, the package version and the source of the modules
-  that compute it (:func:`cache_key`). Records are written as results arrive,
+- Resumable (:class:`fairvision.io.store.ResultsStore`, stage ``skin``): each
+  result is kept in the results store under a key made of the SHA-256 of the
+  image's bytes, the supplied mask's (if any) and :func:`params_hash` (every
+  parameter that changes the answer, the package version and the source of the
+  modules that compute it). Results are appended in batches as they arrive,
   so an interrupted run continues where it stopped; a changed image or
-  parameter is a miss.
+  parameter is a miss, and a moved or renamed image is still a hit.
 - Failures are rows: an unreadable image, no face, too few skin pixels or an
   exception in a worker give ``ok=False`` and a ``reason``.
 - QA overlays (``overlays_dir``): drawn in the workers by the ``overlay``
@@ -43,12 +43,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fairvision import __version__
 from fairvision.datasets.demo import IMAGE_SUFFIXES, from_folder
-from fairvision.engine import imap
-from fairvision.engine.cache import ResultCache, content_key, file_signature, source_signature
+from fairvision.engine import check_engine, imap
+from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.io.images import read_image, write_png
 from fairvision.io.masks import match_masks
-from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, read_table
+from fairvision.io.store import ResultsStore, file_sha256, row_key
+from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID, read_table
 from fairvision.skin.categories import add_categories
 from fairvision.skin.estimators import METHODS
 from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
@@ -56,8 +57,12 @@ from fairvision.skin.measurement import measure
 from fairvision.vision import dlib_landmarks
 from fairvision.vision.facemesh import get_face_mesh, mediapipe_face_mesh
 
-#: Bump when a change in this pipeline changes cached results.
-CACHE_VERSION = 1
+#: Bump when a change in this pipeline changes stored results.
+CACHE_VERSION = 2
+#: Stage name of these results in the results store (and of its DuckDB view).
+STAGE = "skin"
+#: A run that leaves a stage with more parts than this compacts it (when no other run holds the store).
+COMPACT_PARTS = 64
 #: Source files and folders (relative to the package) whose code shapes a cached record.
 SIGNATURE_SOURCES = ("io/images.py", "skin", "vision", "audits/skin_batch.py")
 RESULT_COLUMNS = [
@@ -114,7 +119,7 @@ def _as_table(source) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-# --------------------------------------------------------------------------- cache
+# --------------------------------------------------------------------------- store
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,12 +129,10 @@ def code_signature() -> str:
     return source_signature(SIGNATURE_SOURCES)
 
 
-def cache_key(image_path: str, mask_path: str | None, params: dict) -> str:
-    """SHA-256 of the image (path, size, mtime), the mask file, all parameters and the code."""
-    return content_key(
-        {"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "image": file_signature(image_path),
-         "mask": file_signature(mask_path), "params": params}
-    )
+def params_hash(params: dict) -> str:
+    """SHA-256 of everything but the image that shapes a result: all parameters, the package version and
+    the code (:func:`code_signature`)."""
+    return content_key({"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "params": params})
 
 
 # --------------------------------------------------------------------------- worker
@@ -268,7 +271,9 @@ def measure_images(
     masks_dir: str | os.PathLike | None = None,
     skin_label: int | None = None,
     workers: int = 2,
-    cache_dir: str | os.PathLike | None = None,
+    engine: str = "local",
+    address: str | None = None,
+    store: ResultsStore | str | os.PathLike | None = None,
     overlays_dir: str | os.PathLike | None = None,
     progress: bool | Callable[[int, int], None] = True,
     faces: str = "all",
@@ -298,9 +303,17 @@ def measure_images(
     skin_label : int, optional
         Skin label id of label-map masks (CelebAMask-HQ / FHIBE style).
     workers : int
-        Worker processes (1 = in this process).
-    cache_dir : path, optional
-        Resumable cache folder (see the module docstring).
+        Worker processes (1 = in this process), or Ray actors with ``engine="ray"``.
+    engine : {"local", "ray"}
+        Execution engine (:func:`fairvision.engine.imap`): the local process
+        pool (default) or Ray Data (the ``ray`` extra); identical results.
+    address : str, optional
+        Ray cluster address for ``engine="ray"`` (None: a local Ray instance, or ``RAY_ADDRESS``).
+    store : ResultsStore or path, optional
+        Results store (:class:`fairvision.io.store.ResultsStore`, or its folder):
+        images already measured with the same parameters and code are read from
+        it, new results are appended to it (see the module docstring). None
+        (default): neither read nor write one.
     overlays_dir : path, optional
         Write a QA overlay PNG per image here (``<sample_id>.png``), drawn by ``overlay``.
     progress : bool or callable
@@ -327,7 +340,7 @@ def measure_images(
         ``image_path``, ``L``, ``a``, ``b``, ``hue``, ``ita``, ``chroma``,
         ``n_pixels``, ``n_faces``, ``mask_method``, ``trust``, ``ok``,
         ``reason``, ``flags``, then spread / stability / size columns,
-        ``from_cache``, the category columns and the input table's other
+        ``from_cache`` (True: read from the store), the category columns and the input table's other
         columns. ``df.attrs["summary"]`` counts measured / no face / failed.
     """
     df = _as_table(table_or_paths)
@@ -353,25 +366,35 @@ def measure_images(
     mask_paths: list[str | None] = [None] * len(df)
     if masks_dir is not None:
         mask_paths = match_masks(masks_dir, df[SAMPLE_ID], df[IMAGE_PATH])
-    cache = ResultCache(cache_dir) if cache_dir is not None else None
+    if store is not None and not isinstance(store, ResultsStore):
+        store = ResultsStore(store)
     overlays = Path(overlays_dir) if overlays_dir is not None else None
     if overlays is not None:
         overlays.mkdir(parents=True, exist_ok=True)
 
     records: list[dict | None] = [None] * len(df)
+    subjects = df[SUBJECT_ID].tolist() if SUBJECT_ID in df.columns else [None] * len(df)
+    phash = params_hash(params) if store is not None else None
+    ids = _store_ids(df, mask_paths, phash) if store is not None else [(None, None)] * len(df)
+    hits = store.get_many(STAGE, (key for key, _ in ids)) if store is not None else {}
     tasks, keys = [], {}
     for i, (sid, path) in enumerate(zip(df[SAMPLE_ID], df[IMAGE_PATH])):
         path = str(path)
         ov = str(overlays / f"{_safe_name(sid)}.png") if overlays is not None else None
-        key = cache_key(path, mask_paths[i], params) if cache is not None else None
-        if key is not None:
-            hit = cache.get(key)
-            if hit is not None and (ov is None or os.path.isfile(ov)):
-                if ov is not None:
-                    hit["overlay_path"] = ov
-                records[i] = {**hit, "from_cache": True}
-                continue
-        keys[len(tasks)] = (i, key)
+        key, content = ids[i]
+        hit = hits.get(key) if key is not None else None
+        if hit is not None and (ov is None or os.path.isfile(ov)):
+            hit = dict(hit)
+            stored_subjects = hit.pop("_subjects", set())
+            subject = None if subjects[i] is None or pd.isna(subjects[i]) else str(subjects[i])
+            if subject is not None and subject not in stored_subjects:  # attribute it, for forget --subject
+                store.put(STAGE, key, hit, content_hash=content, params_hash=phash, sample_id=sid,
+                          subject_id=subject, image_path=path)
+            if ov is not None:
+                hit["overlay_path"] = ov
+            records[i] = {**hit, "from_cache": True}
+            continue
+        keys[len(tasks)] = (i, key, content)
         tasks.append({"image_path": path, "mask_path": mask_paths[i], "overlay_path": ov, "params": params,
                       "overlay": overlay if ov is not None else None})
 
@@ -380,7 +403,8 @@ def measure_images(
     # their second chance (detector + dlib's 68 landmarks) at the end, by one worker: dlib's
     # model takes ~0.5 s to load, so it is loaded once, in this process, in the background
     # (it releases the GIL) as soon as the first miss shows up, and inherited by that worker.
-    defer = workers > 1 and params["mask_method"] == "mediapipe" and len(tasks) > 1
+    # Ray actors are not forked from this process (a second pass would start a new actor): they fall back in place.
+    defer = workers > 1 and engine == "local" and params["mask_method"] == "mediapipe" and len(tasks) > 1
     loader: threading.Thread | None = None
     if tasks and workers > 1:
         if params["mask_method"] in ("auto", "dlib"):  # needed from the start: load once, then fork
@@ -392,20 +416,23 @@ def measure_images(
     callback, close = _progress_reporter(progress, len(tasks))
 
     def record(t: int, outcome) -> None:
-        i, key = keys[t]
+        i, key, content = keys[t]
         if outcome.ok:
             rec = outcome.value
             if key is not None:
-                cache.put(key, rec)
+                store.put(STAGE, key, {k: v for k, v in rec.items() if k != "overlay_path"}, content_hash=content,
+                          params_hash=phash, sample_id=df[SAMPLE_ID].iat[i], subject_id=subjects[i],
+                          image_path=df[IMAGE_PATH].iat[i])
         else:
             f = outcome.failure
             rec = {"ok": False, "reason": f"{f.error}: {f.message}" if f.message else f.error, "flags": "error",
                    "mask_method": mask_method, "n_pixels": 0}
         records[i] = {**rec, "from_cache": False}
-        if callback is not None:  # after the cache write, so an interrupt loses nothing finished
+        if callback is not None:  # after the store write, so an interrupt loses nothing finished
             callback(outcome)
 
-    run = dict(initializer=_init_worker, initargs=(params,), ordered=False, preload=_PRELOAD)
+    run = dict(initializer=_init_worker, initargs=(params,), ordered=False, preload=_PRELOAD,
+               engine=check_engine(engine, address), address=address)
     retry: list[int] = []
     try:
         first = [dict(t, defer_fallback=True) for t in tasks] if defer else tasks
@@ -424,7 +451,24 @@ def measure_images(
                 record(retry[outcome.index], outcome)
     finally:
         close()
+        if store is not None:
+            store.flush()  # what finished is kept, also when interrupted
+    if store is not None and tasks:
+        store.vacuum(max_parts=COMPACT_PARTS, blocking=False)  # many small parts: compact if no one else holds the store
     return _assemble(df, records, categories)
+
+
+def _store_ids(df: pd.DataFrame, mask_paths: list, phash: str) -> list[tuple[str | None, str | None]]:
+    """``(store key, content hash)`` of each image; ``(None, None)`` where the image cannot be read."""
+    ids = []
+    for path, mask in zip(df[IMAGE_PATH], mask_paths):
+        content = file_sha256(str(path))
+        if content is None:  # unreadable: measured (to a failure row) every time
+            ids.append((None, None))
+            continue
+        extra = [file_sha256(mask)] if mask is not None else []
+        ids.append((row_key(content, phash, *extra), content))
+    return ids
 
 
 def _assemble(df: pd.DataFrame, records: list[dict], categories: bool) -> pd.DataFrame:

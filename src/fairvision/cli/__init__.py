@@ -41,7 +41,7 @@ audit_app = typer.Typer(
 )
 app.add_typer(audit_app, name="audit")
 
-COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score")
+COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score", "store")
 
 
 def _version_callback(value: bool):
@@ -108,7 +108,7 @@ def _on_sigint(signum, frame):
 EXIT_OK, EXIT_GATE, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 INTERRUPTED_MESSAGE = ("error: interrupted; nothing half-written was left (reports and tables are written only "
-                       "when complete); finished measurements in a --cache folder are kept")
+                       "when complete); finished measurements are kept in the results store")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,10 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed, status
+from fairvision.cli.common import (
+    ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store,
+    status,
+)
 from fairvision.errors import FairvisionError
 from fairvision.stats.corrections import DEFAULT_CORRECTION, METHODS
 
@@ -35,7 +38,11 @@ def audit_dataset_cmd(
     check_images: bool = typer.Option(True, "--check-images/--no-check-images", help="Check that every image_path exists."),
     measure_skin: bool = typer.Option(False, "--measure-skin", help="Measure apparent skin colour (L*, h*, ITA) from the images and cross it with the attributes."),
     skin_method: str = typer.Option("thong", "--skin-method", help="Skin colour estimator for --measure-skin: thong, mean, median_ita, gray_mean."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for --measure-skin."),
+    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes (Ray actors with --engine ray) for --measure-skin."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
     skin_faces: str = typer.Option("largest", "--skin-faces", help="Faces measured per image with --measure-skin: 'largest' (the annotated person of a one-person-per-row table; default) or 'all'."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Image embeddings (.npy with ids file, .npz, or a table with sample ids) for the Vendi diversity score per group."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
@@ -45,7 +52,11 @@ def audit_dataset_cmd(
     """Audit who is in a dataset: group and intersection counts, representation (NSD, evenness,
     effective number of groups) with subject-level bootstrap CIs, FHIBE Table 1 summary, and
     associations between attributes (NMI, chi-square with Cramér's V, NPMI heatmaps)."""
+    from fairvision.engine import check_engine  # lazy: see the module docstring
+
     check_outdir(output)
+    check_engine(engine, address)
+    results = results_store(store, no_store) if measure_skin else None
     if missing not in ("error", "drop", "keep"):
         raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
     if correction not in METHODS:
@@ -56,7 +67,7 @@ def audit_dataset_cmd(
             table, attr, output, target=target, subject_col=subject_col, max_k=max_k, schema_file=schema_file,
             min_subjects=min_subjects, n_boot=n_boot, seed=seed, correction=correction, missing=missing, multi=multi,
             check_images=check_images, measure_skin=measure_skin, skin_method=skin_method, workers=workers,
-            skin_faces=skin_faces, embeddings=embeddings, show_images=show_images, title=title, progress=say,
+            engine=engine, address=address, store=results, skin_faces=skin_faces, embeddings=embeddings, show_images=show_images, title=title, progress=say,
             conditions=conditions,
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
@@ -83,6 +94,9 @@ def run_dataset_audit(
     measure_skin=False,
     skin_method="thong",
     workers=2,
+    engine="local",
+    address=None,
+    store=None,
     skin_faces="largest",
     embeddings=None,
     show_images=False,
@@ -116,7 +130,8 @@ def run_dataset_audit(
     sections = []
     if measure_skin:
         df, skin_attrs, skin_sections = _measure_skin(df, source, schema, list(attributes), skin_method, workers, skin_faces,
-                                                      say, correction)
+                                                      say, correction, engine=engine, address=address, store=store,
+                                                      subject_col=subject_col)
         attributes = list(attributes) + skin_attrs
         sections += skin_sections
     emb = _aligned_embeddings(embeddings, df, source) if embeddings is not None else None
@@ -144,19 +159,21 @@ def run_dataset_audit(
 SKIN_ATTRIBUTES = ("skin_tone", "skin_hue")
 
 
-def _measure_skin(df, source, schema, attributes, method, workers, faces, say, correction=DEFAULT_CORRECTION):
+def _measure_skin(df, source, schema, attributes, method, workers, faces, say, correction=DEFAULT_CORRECTION,
+                  engine="local", address=None, store=None, subject_col=None):
     """Measure skin colour per image, join the categories as attributes, and build the skin sections.
 
     Returns the joined table, the extra attribute names and the report sections
     (skin colour distribution by the first attribute; coverage of the skin
-    measurement by group).
+    measurement by group). Measurements are read from and kept in ``store`` (the results store), with each
+    image's subject (``subject_col``, default ``subject_id``) so that ``fairvision store forget`` finds them.
     """
     import pandas as pd  # lazy imports: see the module docstring
 
     from fairvision.audits.coverage import coverage_by_group
     from fairvision.audits.skin import audit_skin_distribution
     from fairvision.audits.skin_batch import measure_images
-    from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+    from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
     from fairvision.report.sections.coverage import coverage_section
     from fairvision.report.sections.skin import skin_section
     from fairvision.schema import Attribute
@@ -164,8 +181,13 @@ def _measure_skin(df, source, schema, attributes, method, workers, faces, say, c
     if IMAGE_PATH not in df.columns:
         raise FairvisionError(f"{source}: --measure-skin needs an image_path column")
     say("measuring skin colour")
-    measured = measure_images(df[[SAMPLE_ID, IMAGE_PATH]], method=method, workers=workers, faces=faces, progress=True)
-    keep = [c for c in measured.columns if c not in (IMAGE_PATH,) and c not in df.columns or c == SAMPLE_ID]
+    images = df[[SAMPLE_ID, IMAGE_PATH]]
+    subject = subject_col or (SUBJECT_ID if SUBJECT_ID in df.columns else None)
+    if subject is not None and subject in df.columns:
+        images = images.assign(**{SUBJECT_ID: df[subject].to_numpy()})
+    measured = measure_images(images, method=method, workers=workers, engine=engine, address=address,
+                              faces=faces, progress=True, store=store)
+    keep = [c for c in measured.columns if c not in (IMAGE_PATH, SUBJECT_ID) and c not in df.columns or c == SAMPLE_ID]
     joined = df.merge(measured[keep], on=SAMPLE_ID, how="left", validate="one_to_one")
     joined.attrs = dict(df.attrs)
     extra = []

@@ -21,7 +21,9 @@ import numpy as np
 import typer
 
 from fairvision.audits.gates import describe, evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
+from fairvision.cli.common import (
+    ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store,
+)
 from fairvision.errors import FairvisionError
 from fairvision.stats.corrections import DEFAULT_CORRECTION, METHODS
 
@@ -78,7 +80,8 @@ def _image_table(source: str):
     return df
 
 
-def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1):
+def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1, workers=1,
+             engine="local", address=None):
     """Run the visual-search harness; returns (results, items, embedding status or None)."""
     # lazy: pandas (see the module docstring)
     from fairvision.io.embeddings import read_embeddings
@@ -87,7 +90,7 @@ def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit,
 
     status = None
     if embed_images is not None:
-        from fairvision.vision.face_descriptor import embed_faces  # lazy: dlib, only for --embed-images
+        from fairvision.audits.retrieval import embed_images as embed_many  # lazy: pandas and the engine, only for --embed-images
 
         table = _image_table(str(embed_images))
         if limit:
@@ -95,7 +98,8 @@ def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit,
         items_from_images = read_items(table, name=str(embed_images))
         if items_df is None:
             items_df = items_from_images
-        fe = embed_faces(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(), upsample=upsample,
+        fe = embed_many(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(), upsample=upsample,
+                         workers=workers, engine=engine, address=address,
                          progress=task("embedding faces", len(items_from_images)))
         status = fe.status
         x, ids = fe.embeddings, fe.ids
@@ -135,6 +139,11 @@ def audit_retrieval_cmd(
     p: float = typer.Option(2.0, "--p", help="Minkowski order p (2 = Euclidean, the paper's choice)."),
     group_col: Optional[str] = typer.Option(None, "--group-col", help="Item column with a product/group id: k-NN never returns an item of the query's own group (near-duplicates)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=2, help="Use only the first N images of --embed-images (quick runs)."),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes (Ray actors with --engine ray) for --measure-skin and --embed-images."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
     seed: int = typer.Option(0, "--seed", help="Seed of the Monte Carlo tests and power analysis."),
     title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
@@ -157,8 +166,11 @@ def audit_retrieval_cmd(
     from fairvision.report import Report
     from fairvision.report.sections.retrieval import retrieval_section
     from fairvision.stats.chisquare import SmallExpectedCountWarning
+    from fairvision.engine import check_engine
 
     check_outdir(outdir)
+    check_engine(engine, address)
+    skin_store = results_store(store, no_store) if measure_skin else None
     missing = check_missing_rule(missing or ("drop" if measure_skin else "error"))
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     if correction not in METHODS:
@@ -179,10 +191,12 @@ def audit_retrieval_cmd(
         if results is not None:
             res = read_results(results)
         else:
-            res, items_df, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task)
+            res, items_df, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task,
+                                             workers=workers, engine=engine, address=address)
             extra["results.csv"] = res.to_csv(index=False).encode()
         if measure_skin:
-            items_df = measure_skin_attribute(items_df, progress=progress)
+            items_df = measure_skin_attribute(items_df, progress=progress, workers=workers, engine=engine, address=address,
+                                              store=skin_store)
             attr = attr or "st_class"
             extra["skin.csv"] = items_df[["item_id", "ita", "st_class"]].to_csv(index=False).encode()
         if attr not in items_df.columns:

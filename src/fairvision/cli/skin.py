@@ -11,7 +11,10 @@ from typing import Optional
 
 import typer
 
-from fairvision.cli.common import check_outdir, check_output_file, done
+from fairvision.cli.common import (
+    ADDRESS_OPTION, CACHE_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done,
+    results_store,
+)
 from fairvision.errors import FairvisionError
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
@@ -33,8 +36,12 @@ def measure_cmd(
     masks: Optional[Path] = typer.Option(None, "--masks", help="Folder of supplied skin masks named <sample_id>.png, <image stem>.png or <image stem>_skin.png (binary, or label maps with --skin-label)."),
     skin_label: Optional[int] = typer.Option(None, "--skin-label", help="Label id of skin in label-map masks (CelebAMask-HQ / FHIBE style)."),
     faces: str = typer.Option("all", "--faces", help="Which faces to measure: all (default) or largest (face crops with bystanders at the edge)."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes."),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="Cache folder: a rerun (or an interrupted run) reuses finished images; a changed image or option is recomputed."),
+    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes (Ray actors with --engine ray)."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
+    cache: Optional[Path] = CACHE_OPTION,
     overlays: Optional[Path] = typer.Option(None, "--overlays", help="Write a QA overlay PNG per image here: mask outline, face outline and the thong clusters."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
 ):
@@ -42,17 +49,20 @@ def measure_cmd(
     L*, a*, b*, hue angle, ITA, chroma, pixel count, faces found, mask method and trust, quality
     flags, the skin-colour categories, and for images that could not be measured the reason."""
     from fairvision.audits.skin_batch import measure_images  # lazy imports: see the module docstring
+    from fairvision.engine import check_engine
     from fairvision.io.tables import write_table
     from fairvision.report.overlays import render_overlay
 
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
+    check_engine(engine, address)
+    results = results_store(store, no_store, cache)
     if overlays is not None:
         check_outdir(overlays)
     if not source.exists():
         raise FairvisionError(f"{source}: no such file or folder")
     df = measure_images(
         source, method=method, mask_method=mask_method, masks_dir=masks, skin_label=skin_label,
-        workers=workers, cache_dir=cache, overlays_dir=overlays, progress=progress, faces=faces,
+        workers=workers, engine=engine, address=address, store=results, overlays_dir=overlays, progress=progress, faces=faces,
         overlay=render_overlay if overlays is not None else None,
     )
     s = df.attrs["summary"]
@@ -66,14 +76,15 @@ def measure_cmd(
         f"{s['too_few_pixels']:,} too few skin pixels, {s['failed']:,} failed"
     )
     if s["from_cache"]:
-        line += f" ({s['from_cache']:,} from cache)"
+        line += f" ({s['from_cache']:,} from the store)"
     typer.echo(line)
     typer.echo(f"table: {output.resolve()}")
     if overlays is not None:
         typer.echo(f"overlays: {overlays.resolve()}")
 
 
-def _load_or_measure(source: Path, method: str, workers: int, faces: str):
+def _load_or_measure(source: Path, method: str, workers: int, faces: str, engine: str = "local", address: str | None = None,
+                     store=None):
     """A measurement table (with L and hue columns) as is; images, folders and sample tables are measured."""
     import pandas as pd  # lazy imports: see the module docstring
 
@@ -86,7 +97,8 @@ def _load_or_measure(source: Path, method: str, workers: int, faces: str):
         df = read_raw_table(source)
         if {"L", "hue"} <= set(df.columns):
             return df
-    df = measure_images(source, method=method, workers=workers, faces=faces, progress=True)
+    df = measure_images(source, method=method, workers=workers, engine=engine, address=address, faces=faces, progress=True,
+                        store=store)
     return pd.DataFrame(df)
 
 
@@ -105,7 +117,11 @@ def report_cmd(
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column: cell CIs then resample people, not images."),
     method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes when images are measured first."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
     faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
 ):
     """Skin colour distribution of one image set: Thong et al.'s light/dark x red/yellow table with CIs,
     20-bin histograms of L* and h*, the L* vs h* scatter, and a breakdown by group (--by)."""
@@ -113,7 +129,8 @@ def report_cmd(
     from fairvision.report.sections.skin import skin_section
 
     check_outdir(output)
-    df = _load_or_measure(source, method, workers, faces)
+    results = results_store(store, no_store)
+    df = _load_or_measure(source, method, workers, faces, engine, address, results)
     if by is not None and by not in df.columns:
         raise FairvisionError(f"{source}: no column {by!r} for --by; columns are {', '.join(map(str, df.columns))}")
     dist = audit_skin_distribution(df, by=by, subject=subject_col, name=source.stem)
@@ -127,7 +144,11 @@ def compare_cmd(
     names: Optional[str] = typer.Option(None, "--names", help="Names of the two sets, comma-separated (default: the file or folder names)."),
     method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes when images are measured first."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
     faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
 ):
     """Compare the skin colour of two image sets (Thong et al. Table 2: e.g. training data against a
     generator's outputs): both light/dark x red/yellow tables with CIs, their difference in percentage
@@ -139,8 +160,9 @@ def compare_cmd(
     if len(pair) != 2 or not all(pair):
         raise FairvisionError(f"--names needs two comma-separated names, got {names!r}")
     check_outdir(output)
-    a = _load_or_measure(first, method, workers, faces)
-    b = _load_or_measure(second, method, workers, faces)
+    results = results_store(store, no_store)
+    a = _load_or_measure(first, method, workers, faces, engine, address, results)
+    b = _load_or_measure(second, method, workers, faces, engine, address, results)
     result = audit_skin_comparison(a, b, names=pair)
     _write_report(skin_section(result), output, f"Skin colour: {pair[0]} vs {pair[1]}",
                   {"first": str(first), "second": str(second)})

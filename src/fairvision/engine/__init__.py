@@ -1,15 +1,19 @@
 """Parallel execution and resumable results.
 
-:func:`imap` / :func:`map_items` run a picklable function over items in a
-local process pool with chunking, ordered or unordered results, a progress
-callback, per-item failures captured as :class:`Failure` values, and a worker
-initialiser that builds a model once per process. :class:`ResultCache`
-(:mod:`fairvision.engine.cache`) keeps one JSON record per finished item under
-a content key, so an interrupted batch run resumes where it stopped.
+:func:`imap` / :func:`map_items` run a picklable function over items on one of
+two engines (:mod:`fairvision.engine.dispatch`): ``local``, a process pool on
+this machine (:mod:`fairvision.engine.pool`: chunking, ordered or unordered
+results, a progress callback, per-item failures captured as :class:`Failure`
+values, and a worker initialiser that builds a model once per process), or
+``ray``, the same contract on Ray Data actors (:mod:`fairvision.engine.ray_engine`,
+an optional extra). :mod:`fairvision.engine.cache` makes the content keys and
+code signatures under which the results store (:mod:`fairvision.io.store`)
+keeps finished items, so an interrupted batch run resumes where it stopped.
 """
 
-from fairvision.engine.cache import ResultCache, content_key, file_signature, source_signature
-from fairvision.engine.pool import Failure, Outcome, default_workers, imap, limit_threads, map_items
+from fairvision.engine.cache import content_key, file_signature, source_signature
+from fairvision.engine.dispatch import ENGINES, check_engine, imap, map_items
+from fairvision.engine.pool import Failure, Outcome, default_workers, limit_threads
 
-__all__ = ["Failure", "Outcome", "ResultCache", "content_key", "default_workers", "file_signature", "imap",
-           "limit_threads", "map_items", "source_signature"]
+__all__ = ["ENGINES", "Failure", "Outcome", "check_engine", "content_key", "default_workers",
+           "file_signature", "imap", "limit_threads", "map_items", "source_signature"]

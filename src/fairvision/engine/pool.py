@@ -66,18 +66,18 @@ class Outcome:
         return self.failure is None
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _run_chunk(fn: Callable, chunk: Sequence[tuple[int, Any]]) -> list[Outcome]:
-    """Call ``fn`` on each (index, item); exceptions become failures."""
+def run_chunk(fn: Callable, chunk: Sequence[tuple[int, Any]]) -> list[Outcome]:
+    """Call ``fn`` on each (index, item); exceptions become failures (shared by both engines)."""
     out = []
     for index, item in chunk:
         try:
             out.append(Outcome(index, fn(item)))
         except Exception as exc:  # noqa: BLE001 - per-item failures are results
-            out.append(Outcome(index, None, Failure(index, type(exc).__name__, _one_line(exc), traceback.format_exc())))
+            out.append(Outcome(index, None, Failure(index, type(exc).__name__, one_line(exc), traceback.format_exc())))
     return out
 
 
@@ -118,7 +118,8 @@ def silence_native_stderr() -> None:
     os.close(devnull)
 
 
-def _worker_start(threads: int | None, initializer, initargs) -> None:
+def start_worker(threads: int | None, initializer, initargs) -> None:
+    """Set up a worker process (either engine): quiet native stderr, cap native threads, run the initialiser."""
     silence_native_stderr()
     if threads:
         limit_threads(threads)
@@ -134,7 +135,8 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _auto_chunksize(n: int, workers: int) -> int:
+def auto_chunksize(n: int, workers: int) -> int:
+    """Items per chunk (task or Ray batch) for ``n`` items on ``workers`` workers."""
     # about 8 chunks per worker: enough to balance load, few enough to keep IPC small
     return max(1, min(64, n // (workers * 8) or 1))
 
@@ -239,12 +241,12 @@ def imap(
         if initializer is not None:
             initializer(*initargs)
         for index, item in indexed:
-            (outcome,) = _run_chunk(fn, [(index, item)])
+            (outcome,) = run_chunk(fn, [(index, item)])
             if progress is not None:
                 progress(outcome)
             yield outcome
         return
-    size = int(chunksize) if chunksize else _auto_chunksize(n, workers)
+    size = int(chunksize) if chunksize else auto_chunksize(n, workers)
     if size < 1:
         raise FairvisionError(f"chunksize must be at least 1, got {chunksize}")
     chunks = [indexed[i : i + size] for i in range(0, n, size)]
@@ -272,7 +274,7 @@ def imap(
     while next_chunk < len(chunks):
         pool = ProcessPoolExecutor(
             max_workers=min(workers, len(chunks)), mp_context=ctx,
-            initializer=_worker_start, initargs=(threads_per_worker, initializer, initargs),
+            initializer=start_worker, initargs=(threads_per_worker, initializer, initargs),
         )
         in_flight: dict = {}
         broken = False
@@ -281,7 +283,7 @@ def imap(
             while next_chunk < len(chunks) or in_flight:
                 while not broken and next_chunk < len(chunks) and len(in_flight) < limit:
                     try:
-                        fut = pool.submit(_run_chunk, fn, chunks[next_chunk])
+                        fut = pool.submit(run_chunk, fn, chunks[next_chunk])
                     except BrokenProcessPool:
                         broken = True
                         break
@@ -303,7 +305,7 @@ def imap(
                         ]
                     except Exception as exc:  # unpicklable result or argument
                         finished += 1
-                        outcomes = [Outcome(i, None, Failure(i, type(exc).__name__, _one_line(exc))) for i, _ in chunk]
+                        outcomes = [Outcome(i, None, Failure(i, type(exc).__name__, one_line(exc))) for i, _ in chunk]
                     yield from emit(outcomes)
                 if broken and not in_flight:
                     break

@@ -1,0 +1,73 @@
+"""One execution interface, two engines: ``local`` (the process pool) and ``ray`` (Ray Data).
+
+:func:`imap` takes the options of :func:`fairvision.engine.pool.imap` plus
+``engine`` and ``address`` and yields the same :class:`Outcome` values from
+either engine: failures as values, ordered or unordered, the progress callback
+per outcome, the initialiser once per worker (process or Ray actor).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+from fairvision.engine import pool, ray_engine
+from fairvision.engine.pool import Outcome
+from fairvision.errors import FairvisionError
+
+#: Engine names accepted by :func:`imap` and the ``--engine`` option.
+ENGINES = ("local", "ray")
+
+
+def check_engine(engine: str, address: str | None = None) -> str:
+    """The engine name, lower-cased, or a FairvisionError (an unknown name, or an address without ``ray``)."""
+    name = str(engine or "local").lower()
+    if name not in ENGINES:
+        raise FairvisionError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+    if address and name != "ray":
+        raise FairvisionError(f"an address ({address}) applies to the ray engine; add --engine ray")
+    return name
+
+
+def imap(
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    *,
+    engine: str = "local",
+    address: str | None = None,
+    **options,
+) -> Iterator[Outcome]:
+    """Apply ``fn`` to every item on the chosen engine, yielding an :class:`Outcome` per item.
+
+    Parameters
+    ----------
+    fn, items
+        As :func:`fairvision.engine.pool.imap`.
+    engine : {"local", "ray"}
+        ``local`` (default): the process pool of this machine, no set-up.
+        ``ray``: Ray Data actors (:func:`fairvision.engine.ray_engine.imap`);
+        needs the ``ray`` extra.
+    address : str, optional
+        Ray cluster address (``ray`` only); None starts a local Ray instance
+        (or uses ``RAY_ADDRESS`` when set).
+    **options
+        ``workers``, ``chunksize``, ``ordered``, ``initializer``, ``initargs``,
+        ``progress``, ``threads_per_worker`` for both engines; the pool-only
+        ``start_method``, ``preload``, ``max_in_flight``, ``in_process`` are
+        ignored by ``ray``.
+
+    Yields
+    ------
+    Outcome
+    """
+    if check_engine(engine, address) == "ray":
+        return ray_engine.imap(fn, items, address=address, **options)
+    return pool.imap(fn, items, **options)
+
+
+def map_items(fn: Callable[[Any], Any], items: Iterable[Any], **kw) -> list[Outcome]:
+    """:func:`imap` collected into a list, in input order (see :func:`imap` for options)."""
+    kw.setdefault("ordered", True)
+    out = list(imap(fn, items, **kw))
+    if not kw["ordered"]:
+        out.sort(key=lambda o: o.index)
+    return out

@@ -1,0 +1,488 @@
+"""The embedded results store: per-image results of every stage, kept across runs.
+
+Layout: one folder per stage under the store's root, holding immutable Parquet
+part files::
+
+    <root>/<stage>/part-<time_ns>-<pid>-<random>.parquet
+    <root>/.lock           (fcntl.flock: shared for reads and appends, exclusive for vacuum / forget)
+    <root>/.journal.json   (only while a vacuum or forget commits)
+
+Every row has the same columns (:data:`SCHEMA`): ``key`` (what the row is a
+result *of*: a SHA-256 of the input's content hash and the stage's
+``params_hash``), ``stage``, ``content_hash`` (SHA-256 of the image bytes, see
+:func:`file_sha256`), ``params_hash`` (a hash of the stage's code and
+parameters, made by the caller with
+:func:`fairvision.engine.cache.content_key`), ``sample_id``, ``subject_id``
+(when known: consent withdrawal removes by it), ``image_path``, ``created``
+(UTC) and ``payload`` (the result as a JSON object). A changed image or
+parameter is a different key, so nothing ever needs invalidating.
+
+Writes are batched appends: :meth:`ResultsStore.put` buffers rows and
+:meth:`ResultsStore.flush` writes them as a new part file, first under a
+temporary (dot-prefixed) name, then ``os.replace``-d into place, so a reader
+never sees half a part and a killed run loses at most its unflushed batch.
+Part names are unique (time, pid, random), so two runs can append at once.
+
+Vacuum (compaction, dropping superseded duplicates) and forget (removing a
+subject) rewrite parts under the exclusive lock and commit through a journal:
+the new parts are written under temporary names, then the journal (renames and
+deletions) is written atomically, then applied. A run killed before the journal
+exists leaves the store as it was; one killed after it is finished by the next
+process that takes the lock. Readers take the shared lock, so they never see a
+commit half-applied.
+
+Queries (:meth:`ResultsStore.query`) run DuckDB over one view per stage, named
+after the stage, with the payload's fields as columns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import io as _io
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from fairvision.errors import FairvisionError
+from fairvision.io.atomic import atomic_write_bytes, atomic_write_text
+from fairvision.io.jsonable import to_jsonable
+
+try:  # POSIX; elsewhere the store works without inter-process locks
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+#: environment variable naming the default store folder
+STORE_ENV = "FAIRVISION_STORE"
+#: Parquet schema of every part file
+SCHEMA = pa.schema([
+    ("key", pa.string()),
+    ("stage", pa.string()),
+    ("content_hash", pa.string()),
+    ("params_hash", pa.string()),
+    ("sample_id", pa.string()),
+    ("subject_id", pa.string()),
+    ("image_path", pa.string()),
+    ("created", pa.timestamp("us")),  # UTC (naive: DuckDB returns tz-aware values only with pytz)
+    ("payload", pa.string()),
+])
+META_COLUMNS = tuple(SCHEMA.names)
+#: rows that are the same result for the same sample: vacuum keeps the newest of each
+IDENTITY = ("key", "sample_id", "subject_id")
+LOCK_NAME = ".lock"
+JOURNAL_NAME = ".journal.json"
+PART_GLOB = "part-*.parquet"
+_STAGE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+# SHA-256 of files already hashed in this process, by (path, size, mtime_ns, inode)
+_FILE_HASHES: dict[tuple, str] = {}
+
+
+def default_store_root() -> Path:
+    """``$FAIRVISION_STORE``, else the user cache folder: ``$XDG_CACHE_HOME/fairvision/store`` or
+    ``~/.cache/fairvision/store``."""
+    env = os.environ.get(STORE_ENV)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fairvision" / "store"
+
+
+def open_store(root: str | os.PathLike | None = None, *, enabled: bool = True) -> "ResultsStore | None":
+    """The store at ``root`` (default :func:`default_store_root`), or None when ``enabled`` is False."""
+    if not enabled:
+        if root is not None:
+            raise FairvisionError("give either --store or --no-store, not both")
+        return None
+    return ResultsStore(default_store_root() if root is None else root)
+
+
+def file_sha256(path: str | os.PathLike) -> str | None:
+    """SHA-256 of a file's bytes (None when it cannot be read), remembered for this process by
+    (path, size, mtime, inode) so a folder is hashed once per run however often it is asked for."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    sig = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    hit = _FILE_HASHES.get(sig)
+    if hit is None:
+        try:
+            with open(path, "rb") as fh:
+                hit = hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError:
+            return None
+        _FILE_HASHES[sig] = hit
+    return hit
+
+
+def row_key(content_hash: str, params_hash: str, *extra) -> str:
+    """The key of a result: SHA-256 of the input's content hash, the stage's code-and-parameters hash
+    and any other per-item input (e.g. the hash of a supplied mask)."""
+    blob = json.dumps([content_hash, params_hash, *extra], default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def check_stage(stage: str) -> str:
+    if not isinstance(stage, str) or not _STAGE_RE.match(stage):
+        raise FairvisionError(f"bad stage name {stage!r}: use lower-case letters, digits and '_', starting with a letter")
+    return stage
+
+
+def _sql_str(s: str | os.PathLike) -> str:
+    return "'" + str(s).replace("'", "''") + "'"
+
+
+class ResultsStore:
+    """Per-image results of every stage in Parquet parts under ``root`` (see the module docstring).
+
+    Parameters
+    ----------
+    root : path
+        Store folder (created on the first write).
+    batch_rows : int
+        Buffered rows that trigger a flush (a new part file).
+    flush_seconds : float
+        A :meth:`put` this long after the last flush flushes too, so a slow run keeps its results.
+    """
+
+    def __init__(self, root: str | os.PathLike, *, batch_rows: int = 256, flush_seconds: float = 2.0):
+        self.root = Path(root).expanduser()
+        if self.root.exists() and not self.root.is_dir():
+            raise FairvisionError(f"{self.root}: the results store must be a folder")
+        self.batch_rows = max(1, int(batch_rows))
+        self.flush_seconds = float(flush_seconds)
+        self._buffer: list[dict] = []
+        self._last_flush = time.monotonic()
+        self.written = 0  # rows flushed by this object
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({str(self.root)!r})"
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+
+    # ------------------------------------------------------------------ locking
+
+    @contextlib.contextmanager
+    def _lock(self, exclusive: bool = False, *, create: bool = True, blocking: bool = True) -> Iterator[bool]:
+        """Hold the store's lock (shared or exclusive); yields False when ``blocking=False`` and it is taken.
+        Finishes a journal left by a killed vacuum / forget first."""
+        if fcntl is None:
+            yield True
+            return
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            if create:
+                raise
+            yield True  # a store we cannot lock (absent or read-only): read as is
+            return
+        try:
+            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+            try:
+                fcntl.flock(fd, mode | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            if (self.root / JOURNAL_NAME).exists():
+                if not exclusive:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                self._replay_journal()
+                if not exclusive:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+            yield True
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _replay_journal(self) -> None:
+        path = self.root / JOURNAL_NAME
+        try:
+            journal = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            journal = None  # torn (it is written atomically, so only by a foreign hand): nothing to finish
+        if journal:
+            for tmp, final in journal.get("rename", []):
+                if (self.root / tmp).exists():
+                    os.replace(self.root / tmp, self.root / final)
+            for old in journal.get("delete", []):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.root / old)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def _commit(self, renames: list[tuple[Path, Path]], deletions: list[Path]) -> None:
+        """Under the exclusive lock: apply renames (temporary -> final) and deletions all or nothing."""
+        rel = lambda p: str(Path(p).relative_to(self.root))  # noqa: E731
+        journal = {"rename": [[rel(a), rel(b)] for a, b in renames], "delete": [rel(p) for p in deletions]}
+        atomic_write_text(self.root / JOURNAL_NAME, json.dumps(journal))  # the commit point
+        self._replay_journal()
+
+    # ------------------------------------------------------------------ layout
+
+    def stages(self) -> list[str]:
+        """Stages that have at least one part."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir()
+                      if p.is_dir() and _STAGE_RE.match(p.name) and any(p.glob(PART_GLOB)))
+
+    def parts(self, stage: str) -> list[Path]:
+        return sorted((self.root / check_stage(stage)).glob(PART_GLOB))
+
+    def _glob(self, stage: str) -> str:
+        return _sql_str(self.root / stage / PART_GLOB)
+
+    def _new_part_name(self, stage: str) -> Path:
+        return self.root / stage / f"part-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+
+    @staticmethod
+    def _parquet_bytes(table: pa.Table) -> bytes:
+        buf = _io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        return buf.getvalue()
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, stage: str, key: str, payload: dict, *, content_hash: str | None = None,
+            params_hash: str | None = None, sample_id=None, subject_id=None, image_path=None) -> None:
+        """Buffer one result (flushed in batches; :meth:`flush` writes what is left)."""
+        self._buffer.append({
+            "key": key, "stage": check_stage(stage), "content_hash": content_hash, "params_hash": params_hash,
+            "sample_id": None if sample_id is None else str(sample_id),
+            "subject_id": None if subject_id is None or pd.isna(subject_id) else str(subject_id),
+            "image_path": None if image_path is None else str(image_path),
+            "created": dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+            "payload": json.dumps(to_jsonable(payload), allow_nan=False),
+        })
+        if len(self._buffer) >= self.batch_rows or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write the buffered rows as one new part per stage; returns the number of rows written."""
+        rows, self._buffer = self._buffer, []
+        self._last_flush = time.monotonic()
+        if not rows:
+            return 0
+        by_stage: dict[str, list[dict]] = {}
+        for r in rows:
+            by_stage.setdefault(r["stage"], []).append(r)
+        try:
+            with self._lock():
+                for stage, batch in by_stage.items():
+                    table = pa.Table.from_pylist(batch, schema=SCHEMA)
+                    atomic_write_bytes(self._new_part_name(stage), self._parquet_bytes(table))
+        except BaseException:
+            self._buffer = rows + self._buffer  # not written: a later flush may try again
+            raise
+        self.written += len(rows)
+        return len(rows)
+
+    # ------------------------------------------------------------------ reads
+
+    def get_many(self, stage: str, keys: Iterable[str]) -> dict[str, dict]:
+        """The newest stored payload of each key found in ``stage``, with ``"_subjects"``: the set of
+        subject ids stored for it (so a caller can record a subject that is not yet attributed)."""
+        wanted = pd.DataFrame({"key": pd.Series(list(dict.fromkeys(k for k in keys if k)), dtype=object)})
+        if not len(wanted) or not (self.root / check_stage(stage)).is_dir():
+            return {}
+        with self._lock(create=False):
+            if not self.parts(stage):
+                return {}
+            con = duckdb.connect()
+            try:
+                con.register("wanted", wanted)
+                rows = con.execute(
+                    f"SELECT s.key, s.payload, s.subject_id FROM read_parquet({self._glob(stage)}) s "
+                    "JOIN wanted w ON s.key = w.key ORDER BY s.created"
+                ).fetchall()
+            finally:
+                con.close()
+        out: dict[str, dict] = {}
+        subjects: dict[str, set] = {}
+        for key, payload, subject in rows:  # oldest first: the newest payload wins
+            out[key] = json.loads(payload)
+            subjects.setdefault(key, set()).add(subject)
+        for key, rec in out.items():
+            rec["_subjects"] = subjects[key]
+        return out
+
+    def _views(self, con) -> list[str]:
+        """One view per stage, named after it: the newest row of each (key, sample_id, subject_id), with the
+        payload's fields as columns (fields named like a column of the store stay in ``payload``)."""
+        made = []
+        for stage in self.stages():
+            src = f"read_parquet({self._glob(stage)}, union_by_name=true)"
+            structure = con.execute(f"SELECT json_group_structure(payload::JSON) FROM {src}").fetchone()[0]
+            fields = json.loads(structure) if structure else {}
+            if not isinstance(fields, dict):
+                fields = {}
+            taken = {c.lower() for c in META_COLUMNS}
+            fields = {k: ("VARCHAR" if v == "NULL" else v) for k, v in fields.items() if k.lower() not in taken}
+            dedup = (f"SELECT * FROM {src} QUALIFY row_number() OVER "
+                     f"(PARTITION BY {', '.join(IDENTITY)} ORDER BY created DESC) = 1")
+            if fields:
+                body = (f"SELECT * EXCLUDE (_fields), unnest(_fields) FROM (SELECT *, json_transform(payload, "
+                        f"{_sql_str(json.dumps(fields))}) AS _fields FROM ({dedup}))")
+            else:
+                body = dedup
+            con.execute(f'CREATE OR REPLACE VIEW "{stage}" AS {body}')
+            made.append(stage)
+        return made
+
+    def query(self, sql: str) -> pd.DataFrame:
+        """Run DuckDB SQL over the stages (one view per stage, named after it) and return the result."""
+        if not self.root.is_dir():
+            raise FairvisionError(f"{self.root}: no results store here (nothing has been stored yet)")
+        with self._lock(create=False):
+            con = duckdb.connect()
+            try:
+                self._views(con)
+                try:
+                    return con.execute(sql).df()
+                except duckdb.Error as exc:
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    raise FairvisionError(f"query failed: {first}") from None
+            finally:
+                con.close()
+
+    def info(self) -> pd.DataFrame:
+        """One row per stage: ``parts``, ``rows``, ``unique_rows`` (distinct key, sample and subject),
+        ``keys``, ``subjects``, ``params`` (distinct parameter hashes), ``bytes``, ``first`` and ``last``
+        (created)."""
+        cols = ["stage", "parts", "rows", "unique_rows", "keys", "subjects", "params", "bytes", "first", "last"]
+        out = []
+        if self.root.is_dir():
+            with self._lock(create=False):
+                con = duckdb.connect()
+                try:
+                    for stage in self.stages():
+                        parts = self.parts(stage)
+                        row = con.execute(
+                            f"SELECT count(*), count(DISTINCT ({', '.join(IDENTITY)})), count(DISTINCT key), "
+                            f"count(DISTINCT subject_id), count(DISTINCT params_hash), min(created), max(created) "
+                            f"FROM read_parquet({self._glob(stage)})"
+                        ).fetchone()
+                        out.append([stage, len(parts), row[0], row[1], row[2], row[3], row[4],
+                                    sum(p.stat().st_size for p in parts), row[5], row[6]])
+                finally:
+                    con.close()
+        return pd.DataFrame(out, columns=cols)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def _clean_temporaries(self, stage_dir: Path) -> None:
+        """Under the exclusive lock no append is in flight: dot-files in a stage folder are leftovers."""
+        for p in stage_dir.glob(".*"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+    def vacuum(self, *, max_parts: int | None = None, blocking: bool = True) -> dict:
+        """Compact each stage's parts into one, keeping the newest row of each (key, sample_id,
+        subject_id); remove leftovers of killed writes. With ``max_parts``, only stages with more parts
+        than that. Returns ``{"stages", "parts_before", "parts_after", "rows_before", "rows_after"}``
+        (``{"skipped": True}`` when ``blocking=False`` and another process holds the lock)."""
+        stats = {"stages": 0, "parts_before": 0, "parts_after": 0, "rows_before": 0, "rows_after": 0}
+        if not self.root.is_dir():
+            return stats
+        with self._lock(exclusive=True, blocking=blocking) as got:
+            if not got:
+                return {**stats, "skipped": True}
+            renames, deletions = [], []
+            for stage_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and _STAGE_RE.match(p.name)):
+                self._clean_temporaries(stage_dir)
+                parts = sorted(stage_dir.glob(PART_GLOB))
+                if not parts or (max_parts is not None and len(parts) <= max_parts):
+                    stats["parts_before"] += len(parts)
+                    stats["parts_after"] += len(parts)
+                    continue
+                table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
+                kept = self._dedup(table)
+                stats["stages"] += 1
+                stats["parts_before"] += len(parts)
+                stats["rows_before"] += table.num_rows
+                stats["rows_after"] += kept.num_rows
+                if len(parts) == 1 and kept.num_rows == table.num_rows:
+                    stats["parts_after"] += 1
+                    continue
+                if kept.num_rows:
+                    final = self._new_part_name(stage_dir.name)
+                    tmp = stage_dir / f".compact-{final.name}"
+                    atomic_write_bytes(tmp, self._parquet_bytes(kept))
+                    renames.append((tmp, final))
+                    stats["parts_after"] += 1
+                deletions += parts
+            if renames or deletions:
+                self._commit(renames, deletions)
+        return stats
+
+    @staticmethod
+    def _dedup(table: pa.Table) -> pa.Table:
+        """The newest row of each (key, sample_id, subject_id), oldest first."""
+        df = table.to_pandas().sort_values("created", kind="stable")
+        df = df.drop_duplicates(list(IDENTITY), keep="last")
+        return pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
+
+    def forget(self, subject_id, *, dry_run: bool = False) -> dict[str, int]:
+        """Remove every row of a subject from every stage, all stages in one commit: the rows recorded
+        for ``subject_id`` and any row of the same image content (the same bytes stored under another
+        sample or without a subject). Returns rows removed (or, with ``dry_run``, that would be) by stage."""
+        subject_id = str(subject_id)
+        counts: dict[str, int] = {}
+        if not self.root.is_dir():
+            return counts
+        with self._lock(exclusive=not dry_run, create=not dry_run):
+            con = duckdb.connect()
+            try:
+                stages = self.stages()
+                hashes: set[str] = set()
+                for stage in stages:
+                    hashes |= {h for (h,) in con.execute(
+                        f"SELECT DISTINCT content_hash FROM read_parquet({self._glob(stage)}) "
+                        "WHERE subject_id = ? AND content_hash IS NOT NULL", [subject_id]).fetchall()}
+                con.register("gone", pd.DataFrame({"h": pd.Series(sorted(hashes), dtype=object)}))
+                match = "(subject_id = ? OR content_hash IN (SELECT h FROM gone))"
+                renames, deletions = [], []
+                for stage in stages:
+                    hit = con.execute(
+                        f"SELECT filename, count(*) FROM read_parquet({self._glob(stage)}, filename=true) "
+                        f"WHERE {match} GROUP BY filename", [subject_id]).fetchall()
+                    for fname, n in hit:
+                        counts[stage] = counts.get(stage, 0) + int(n)
+                        if dry_run:
+                            continue
+                        part = Path(fname)
+                        table = pq.read_table(part, schema=SCHEMA)
+                        drop = pc.fill_null(pc.or_kleene(pc.equal(table["subject_id"], subject_id),
+                                                   pc.is_in(table["content_hash"], pa.array(sorted(hashes), pa.string()))),
+                                            False)
+                        left = table.filter(pc.invert(drop))
+                        if left.num_rows:
+                            final = self._new_part_name(stage)
+                            tmp = part.parent / f".forget-{final.name}"
+                            atomic_write_bytes(tmp, self._parquet_bytes(left))
+                            renames.append((tmp, final))
+                        deletions.append(part)
+            finally:
+                con.close()
+            if renames or deletions:
+                self._commit(renames, deletions)
+        return counts
