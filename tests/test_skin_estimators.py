@@ -188,6 +188,8 @@ def test_failures_are_recorded_not_raised():
 def test_quality_flags():
     grey = np.repeat(render(60.0, 14.0, 17.0).mean(axis=2, keepdims=True), 3, axis=2).astype(np.uint8)
     assert "achromatic" in measure(grey, MASK, "mean").flags
+    assert "achromatic" in measure(grey, MASK, "thong").flags  # decided by a count of C* < 3 (docs/METHODS.md §2.2)
+    assert "achromatic" not in measure(render(60.0, 14.0, 17.0), MASK, "thong").flags
     bright = relight(render(60.0, 14.0, 17.0), 1.0)
     bright[MASK & (YY < 90)] = 255
     assert "clipped_highlights" in measure(bright, MASK, "mean").flags
@@ -241,3 +243,22 @@ def test_real_portrait_end_to_end():
     m = measure(path)
     assert m.ok, m.reason
     assert 0 < m.L < 100 and 0 <= m.hue < 360 and m.n_pixels > 1000
+
+
+def test_thong_hand_worked_on_five_blobs():
+    # five groups of identical pixels, each at the centre of its summary cell (L* cells 0.25, h* cells 0.5):
+    # the clusters are the groups, every mode is the group's value, and the answer is the
+    # count-weighted mean of the three lightest groups (docs/METHODS.md §2.2)
+    from fairvision.skin.estimators import thong
+
+    # sizes chosen so that the quantile seeds (five equal-count slices by L*) lie in distinct groups
+    groups = [(80.125, 40.25, 250), (70.125, 50.25, 350), (60.125, 30.25, 300), (45.125, 65.25, 300), (30.125, 15.25, 300)]
+    C = 20.125
+    lab = np.concatenate([np.tile([L, C * np.cos(np.radians(h)), C * np.sin(np.radians(h))], (n, 1)) for L, h, n in groups])
+    t = thong(lab)
+    assert sorted(t["extra"]["cluster_sizes"]) == [250, 300, 300, 300, 350]
+    assert t["L"] == pytest.approx((80.125 * 250 + 70.125 * 350 + 60.125 * 300) / 900, abs=1e-9)
+    assert t["hue"] == pytest.approx((40.25 * 250 + 50.25 * 350 + 30.25 * 300) / 900, abs=1e-9)
+    assert t["chroma"] == pytest.approx(C, abs=1e-9)
+    perm = np.random.default_rng(0).permutation(len(lab))
+    assert thong(lab[perm])["L"] == t["L"] and thong(lab[perm])["hue"] == t["hue"]

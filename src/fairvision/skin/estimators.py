@@ -8,26 +8,30 @@ smoothing, spread, stability and quality flags.
 Methods
 -------
 ``thong``
-    Thong et al. (ICCV 2023; docs/METHODS.md §2.2), made deterministic:
-    K-Means (k = 5) on per-pixel (L*, h*) with quantile seeding and a
-    vectorised Lloyd's algorithm (coarse-to-fine: converged on fixed strided
-    subsamples of 4000, 16000 ... pixels, stopping with scikit-learn's
-    tolerance rule; on all pixels when there are at most twice the last
-    level, which is at most :data:`MAX_CLUSTER_PIXELS`, otherwise every pixel
-    is assigned once to the nearest centre of the last level); for
-    each cluster the mode of a Sturges-rule histogram over ALL its pixels
-    (bin centre; all clusters and columns binned by one ``bincount``); keep the
-    3 clusters with the highest L* mode; pixel-count-weighted mean of their
-    modes. Hue is clustered and averaged as a signed angle in (-180, 180]
-    so that reddish pixels just below 0 deg (b* < 0) stay next to those just
-    above it; the result is reported in [0, 360). Chroma is estimated the same
-    way as L* and h* (weighted mean of the kept clusters' chroma modes), so
+    Thong et al. (ICCV 2023; docs/METHODS.md §2.2), made deterministic and
+    order-free. The skin pixels are summarised by a histogram of
+    (L*, signed h*) on a fixed grid (cells of 0.25 L* x 0.5 deg, halved while
+    wider than 1/8 of the Sturges bin of all pixels over their range; every
+    pixel counts at its cell's centre), which is the same for any order of
+    the pixels and for a mirrored image. K-Means (k = 5) runs on the
+    non-empty cells with their counts as weights: quantile seeds from the
+    weighted histogram, weighted Lloyd to a fixed point on blocks of 16 x 16
+    and then 4 x 4 cells (each at the weighted mean of its cells), then
+    every pixel goes to its nearest centre. For each cluster the mode of a
+    Sturges-rule histogram of its L* (and h*, C*) cell values (bin centre,
+    exact integer binning; all clusters at once); keep the 3 clusters with
+    the highest L* mode; pixel-count-weighted mean of their modes. Hue is
+    clustered and averaged as a signed angle in (-180, 180] so that reddish
+    pixels just below 0 deg (b* < 0) stay next to those just above it; the
+    result is reported in [0, 360). Chroma is estimated the same way as L*
+    and h* (weighted mean of the kept clusters' chroma modes), so
     a* = C cos h, b* = C sin h; the paper itself only defines L* and h*.
-    Features, distances and histograms are float32 (centres and modes
-    float64). Cost on a 1024 x 1024 portrait with 108k skin pixels: about
-    10 ms for the whole :func:`fairvision.skin.measurement.measure` (smoothing,
-    CIELAB, estimate, spread, flags), about 3 ms more for the 10-replicate
-    stability bootstrap (benchmarks/bench_skin_estimator.py).
+    The stability bootstrap (:func:`thong_bootstrap`) redraws all n pixels
+    as multinomial counts over the same summary. Cost on a 1024 x 1024
+    portrait with 108k skin pixels: about 9.7 ms for the whole
+    :func:`fairvision.skin.measurement.measure` (smoothing, CIELAB,
+    estimate, spread, flags) and 1.8 ms more for the 10-replicate stability
+    bootstrap (benchmarks/bench_skin_estimator.py).
 ``thong-published``
     The published code's choices (SonyResearch/apparent_skincolor): scikit-learn
     ``KMeans(5, n_init=1, random_state=2021)`` (k-means++ seeding), hue
@@ -63,6 +67,9 @@ __all__ = [
     "cluster_histogram_modes",
     "kmeans_lloyd",
     "quantile_seeds",
+    "weighted_quantile_seeds",
+    "grid_modes",
+    "cell_size",
     "thong",
     "thong_features",
     "thong_from_features",
@@ -155,7 +162,8 @@ def _argmin_rows(D: np.ndarray) -> np.ndarray:
     return labels
 
 
-def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray, int]:
+def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, sample_weight: np.ndarray | None = None, max_iter: int = 300,
+                 tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray, int]:
     """Lloyd's algorithm, vectorised and deterministic.
 
     Stops when no assignment changes or when the total squared centre shift
@@ -163,7 +171,9 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
     criterion); the returned labels are the nearest-centre assignment to the
     returned centres. Squared distances come from one ``(k, 3) @ (3, N)``
     product on centred data (|x - c|^2 minus the constant |x|^2). An empty
-    cluster keeps its previous centre.
+    cluster keeps its previous centre. With ``sample_weight`` the centres are
+    weighted means and the variance in the stopping rule is weighted (what
+    :func:`thong` runs on its histogram cells, docs/METHODS.md §2.2; all in float64).
 
     Returns
     -------
@@ -171,6 +181,8 @@ def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, max_iter: int = 300, tol
     centers : (k, d)
     n_iter : int
     """
+    if sample_weight is not None:
+        return _weighted_lloyd(np.asarray(X, dtype=np.float64).T, sample_weight, centers, max_iter=max_iter, tol=tol)
     X = np.asarray(X, dtype=np.float64)
     mu = X.mean(axis=0)
     cols = [np.ascontiguousarray(X[:, d] - mu[d]) for d in range(X.shape[1])]  # contiguous for bincount
@@ -345,7 +357,7 @@ def _result(L, a, b, hue, ita_value=None, gray=None, **extra) -> dict:
 
 
 def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-pixel (L*, signed h*, C*) in float32: what :func:`thong` clusters and takes modes of."""
+    """Per-pixel (L*, signed h*, C*) in float32: what :func:`thong` summarises."""
     lab = np.asarray(lab)
     a = np.ascontiguousarray(lab[:, 1], dtype=np.float32)
     b = np.ascontiguousarray(lab[:, 2], dtype=np.float32)
@@ -357,57 +369,274 @@ def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.ascontiguousarray(lab[:, 0], dtype=np.float32), h, C
 
 
-#: Largest coarse-to-fine level of Lloyd's algorithm (a strided subsample of about this many pixels); images
-#: with more than twice the last level's pixels are then assigned to its centres in one pass.
-MAX_CLUSTER_PIXELS = 20000
+#: Largest cell size of the order-free summary of :func:`thong` (docs/METHODS.md §2.2): L* units, degrees of h*,
+#: C* units. Every skin pixel counts at the centre of its cell. A cell is halved (see :func:`cell_size`) until
+#: it is at most 1/:data:`CELLS_PER_BIN` of the Sturges bin of all the pixels over their range, so a
+#: cluster's Sturges bins are many cells wide.
+CELL_L, CELL_H, CELL_C = 0.25, 0.5, 0.25
+CELLS_PER_BIN = 8
+
+
+def cell_size(x: np.ndarray, largest: float, n: int | None = None) -> float:
+    """Cell size of the :func:`thong` summary for the values ``x``: ``largest`` halved until it is at most
+    ``(max x - min x) / (CELLS_PER_BIN * sturges_bins(n))`` (at most 12 halvings; docs/METHODS.md §2.2).
+    Depends on the values only through their range, so not on their order."""
+    n = x.size if n is None else n
+    target = (float(x.max()) - float(x.min())) / (CELLS_PER_BIN * sturges_bins(n))
+    step = float(largest)
+    if target <= 0:  # all values equal: nothing to resolve
+        return step
+    for _ in range(12):
+        if step <= target:
+            break
+        step *= 0.5
+    return step
+#: Coarse-to-fine clustering: Lloyd's algorithm first on blocks of 16 x 16 cells (4 L* x 8 deg), then of
+#: 4 x 4 cells (1 L* x 2 deg), then on the cells themselves.
+COARSE_BLOCKS = (16, 4)
+
+
+def weighted_quantile_seeds(X: np.ndarray, w: np.ndarray, k: int, *, ordered: bool = False) -> np.ndarray:
+    """Deterministic K-Means seeds of weighted points ``X`` (d, M) (docs/METHODS.md §2.2).
+
+    Order the points by the first row (L*; ties keep the given order; ``ordered=True``: they already
+    are), cut the cumulative weight into ``k`` equal parts (a point on a cut is split between the two
+    parts) and take each part's weighted mean: :func:`quantile_seeds` of the pixels the weights stand for.
+    """
+    if ordered:
+        Xs, ws = X, w
+    else:
+        order = np.argsort(X[0], kind="stable")
+        Xs, ws = X[:, order], w[order]
+    cum = np.cumsum(ws)
+    start = cum - ws
+    cuts = cum[-1] * np.arange(k + 1) / k
+    first = np.searchsorted(cum, cuts[:-1], side="right")  # the points each part overlaps: first ...
+    last = np.minimum(np.searchsorted(cum, cuts[1:], side="left") + 1, cum.size)  # ... to last (exclusive)
+    seeds = np.empty((k, X.shape[0]))
+    for j in range(k):
+        sl = slice(first[j], max(last[j], first[j] + 1))
+        part = np.clip(np.minimum(cum[sl], cuts[j + 1]) - np.maximum(start[sl], cuts[j]), 0.0, None)
+        seeds[j] = (Xs[:, sl] @ part) / part.sum()
+    return seeds
+
+
+def _weighted_lloyd(X: np.ndarray, w: np.ndarray, C: np.ndarray, *, max_iter: int = 300, tol: float = 1e-4):
+    """Lloyd's algorithm on weighted points ``X`` (d, M) (float64) from centres ``C`` (k, d).
+
+    Distances |c|^2 - 2 c.x (the constant |x|^2 dropped) from one ``(k, d+1) @ (d+1, M)`` product; ties
+    to the lowest index; an empty cluster keeps its centre. Stops when no assignment changes or when the
+    total squared centre shift is at most ``tol`` times the mean weighted per-feature variance
+    (scikit-learn's rule, on the pixels the weights stand for), then reassigns once. Returns labels (M,),
+    centres (k, d) and the number of iterations.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    C = np.array(C, dtype=np.float64)
+    k, d = C.shape
+    thresh = 0.0
+    if tol > 0:
+        W = float(w.sum())
+        mean = (X @ w) / W
+        thresh = tol * float((((X - mean[:, None]) ** 2) @ w).mean() / W)
+    X1 = np.vstack([X, np.ones((1, X.shape[1]))])
+    wX = X * w
+    Wm = np.empty((k, d + 1))
+
+    def nearest(C):
+        Wm[:, :d] = -2.0 * C
+        Wm[:, d] = (C * C).sum(axis=1)
+        return _argmin_rows(Wm @ X1)
+
+    labels = None
+    it = 0
+    for it in range(1, max_iter + 1):
+        new = nearest(C)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        cnt = np.bincount(labels, weights=w, minlength=k)
+        nz = cnt > 0
+        C_old = C.copy()
+        for j in range(d):
+            np.divide(np.bincount(labels, weights=wX[j], minlength=k), cnt, out=C[:, j], where=nz)
+        shift = C - C_old
+        if np.vdot(shift, shift) <= thresh:
+            labels = nearest(C)
+            break
+    return labels, C, it
+
+
+def _sq_dist_rows(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """|x - c|^2 - |x|^2 = |c|^2 - 2 c.x for every centre (rows) and point ``X`` (d, M) (columns)."""
+    D = (-2.0 * C) @ X
+    D += (C * C).sum(axis=1)[:, None]
+    return D
+
+
+def grid_modes(hist: np.ndarray) -> np.ndarray:
+    """Sturges-histogram mode of every row of a histogram on a regular grid, in grid units.
+
+    Row ``g`` of ``hist`` (G, V) counts the values ``0, 1, ..., V-1`` (cell indices). Its mode is
+    what :func:`histogram_mode` returns for those values repeated by their counts: Sturges' number
+    of bins ``nb`` for the row's total over the range ``[lo, hi]`` of its occupied cells; value ``j``
+    falls in bin ``floor((j - lo) nb / (hi - lo))`` in exact integer arithmetic (the maximum in the
+    last bin); the fullest bin (ties to the lowest) gives ``lo + (b + 1/2)(hi - lo)/nb``. Vectorised over
+    rows (docs/METHODS.md §2.2). Returns (G,) float, NaN for empty rows.
+    """
+    hist = np.asarray(hist)
+    G, V = hist.shape
+    occ = hist > 0
+    has = occ.any(axis=1)
+    lo = occ.argmax(axis=1)
+    hi = V - 1 - occ[:, ::-1].argmax(axis=1)
+    span = np.maximum(hi - lo, 0)
+    nb = _sturges(hist.sum(axis=1).round())
+    b = (np.arange(V)[None, :] - lo[:, None]) * nb[:, None] // np.maximum(span, 1)[:, None]
+    np.clip(b, 0, (nb - 1)[:, None], out=b)  # cells outside [lo, hi] are empty
+    stride = int(nb.max())
+    counts = np.bincount((b + (np.arange(G) * stride)[:, None]).ravel(), weights=hist.ravel().astype(np.float64),
+                         minlength=G * stride).reshape(G, stride)
+    best = counts.argmax(axis=1)
+    out = np.where(span > 0, lo + (best + 0.5) * span / nb, lo.astype(np.float64))
+    out[~has] = np.nan
+    return out
 
 
 class ThongFit:
-    """What a :func:`thong` fit leaves behind for :func:`thong_bootstrap`: centred data, labels, centres."""
+    """The order-free summary behind a :func:`thong` estimate (docs/METHODS.md §2.2).
 
-    __slots__ = ("Xc", "labels", "C", "mu", "k", "top", "counts", "Lh_sorted")
+    Attributes
+    ----------
+    cells : (2, M) float64
+        (L*, signed h*) centres of the non-empty histogram cells, in canonical (L*, then h*) order.
+    weights : (M,) int64
+        Pixels per cell.
+    labels : (M,) int
+        Cluster of each cell's centre (a cell that a cluster boundary crosses has pixels in both clusters).
+    centers : (k, 2)
+        Converged cluster centres (L*, signed h*).
+    sizes : (k,) int64
+        Pixels per cluster (every pixel in the cluster of its nearest centre).
+    L_hist, h_hist : (k, V) int64
+        Per-cluster marginal histograms on the L* and h* cell grids (what the modes are taken of).
+    L0, h0 : float
+        Value of the first grid column's centre (L* and h*).
+    steps : (float, float)
+        Cell size in L* and h* (:func:`cell_size`).
+    ranges : ((float, float), (float, float))
+        Smallest and largest pixel L* and h* (modes are clipped to them).
+    k, top, n_iter : int
+    """
 
-    def __init__(self, Xc, labels, C, mu, k, top):
-        self.Xc, self.labels, self.C, self.mu, self.k, self.top = Xc, labels, C, mu, k, top
-        self.counts = self.Lh_sorted = None  # cluster sizes and (L*, h*) grouped by cluster
+    __slots__ = ("cells", "weights", "labels", "centers", "sizes", "L_hist", "h_hist", "L0", "h0", "steps", "ranges", "k",
+                 "top", "n_iter")
+
+    def __init__(self, **kw):
+        for key, val in kw.items():
+            setattr(self, key, val)
+
+    @property
+    def n(self) -> int:
+        """Number of pixels summarised."""
+        return int(self.weights.sum())
 
 
-def _thong_fit(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, init_centers=None):
+def _cell_index(x: np.ndarray, step: float, offset: float = 0.0) -> np.ndarray:
+    """``floor((x + offset) / step)`` as int32, elementwise (so the same pixel always gets the same cell)."""
+    y = x + np.float32(offset) if offset else x.copy()
+    y *= np.float32(1.0 / step)
+    np.floor(y, out=y)
+    return y.astype(np.int32)
+
+
+def _modes_to_values(idx: np.ndarray, first: float, step: float) -> np.ndarray:
+    """Grid units (column 0 centred on ``first``) to values."""
+    return first + idx * step
+
+
+def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[ThongFit, np.ndarray]:
+    """Histogram, clustering and per-cluster marginals (docs/METHODS.md §2.2); also returns every
+    pixel's cluster (for the chroma histogram)."""
     n = L.shape[0]
     if n < k:
         raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
-    mu = np.array([L.mean(dtype=np.float64), h.mean(dtype=np.float64)])
-    Xc = np.empty((2, n), dtype=np.float32)  # centred planar (L*, h*)
-    np.subtract(L, np.float32(mu[0]), out=Xc[0])
-    np.subtract(h, np.float32(mu[1]), out=Xc[1])
-    Cc = None if init_centers is None else np.asarray(init_centers, dtype=np.float64) - mu
-    # coarse to fine: converge on strided subsamples of coarse, 4 coarse, 16 coarse ... pixels (at most
-    # MAX_CLUSTER_PIXELS), each level starting from the previous centres, the first from the quantile seeds
-    size = int(coarse)
-    while 2 * size < n and size <= MAX_CLUSTER_PIXELS:
-        sub = np.ascontiguousarray(Xc[:, :: max(1, n // size)])
-        if Cc is None:
-            Cc = quantile_seeds(sub.T.astype(np.float64), k)
-        labels, Cc, n_iter = _lloyd(sub, sub, Cc)
-        size *= 4
-    if size <= MAX_CLUSTER_PIXELS or Cc is None:  # few pixels: finish on all of them (converged on all pixels)
-        if Cc is None:
-            Cc = quantile_seeds(Xc.T.astype(np.float64), k)
-        labels, Cc, n_iter = _lloyd(Xc, Xc, Cc)
-    else:  # assign every pixel once to the centres converged on the last subsample
-        labels = _nearest(Xc, Cc)
-    return ThongFit(Xc, labels, Cc, mu, k, top), n_iter
+    sL, sh = cell_size(L, CELL_L), cell_size(h, CELL_H)
+    iL = _cell_index(L, sL)
+    ih = _cell_index(h, sh, 180.0)
+    np.clip(ih, 0, int(round(360.0 / sh)) - 1, out=ih)  # h* = 180 exactly joins the last cell
+    iL0, ih0 = int(iL.min()), int(ih.min())
+    nL, nh = int(iL.max()) - iL0 + 1, int(ih.max()) - ih0 + 1
+    iL -= np.int32(iL0)  # grid row and column of every pixel
+    ih -= np.int32(ih0)
+    key = iL * np.int32(nh)
+    key += ih
+    counts = np.bincount(key, minlength=nL * nh)
+    nz = np.flatnonzero(counts)
+    w = counts[nz]
+    row, col = np.divmod(nz, nh)
+    L0 = (iL0 + 0.5) * sL
+    h0 = (ih0 + 0.5) * sh - 180.0
+    X = np.vstack([L0 + row * sL, h0 + col * sh])  # cell centres (binary fractions: sums are exact)
+    wf = w.astype(np.float64)
+    # quantile seeds from the cells, then Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells (each
+    # block at the weighted mean of its cells, so block sums are exact), each level from the previous centres
+    if init_centers is None:  # the cells are in (L*, h*) order already
+        C = weighted_quantile_seeds(X, wf, k, ordered=True)
+    else:
+        C = np.asarray(init_centers, dtype=np.float64).reshape(k, 2)
+    n_iter = 0
+    for block in COARSE_BLOCKS:
+        bn = (nh + block - 1) // block
+        bkey = (row // block) * bn + col // block
+        bw = np.bincount(bkey, weights=wf)
+        bnz = np.flatnonzero(bw)
+        bwv = bw[bnz]
+        BX = np.vstack([np.bincount(bkey, weights=wf * X[j])[bnz] / bwv for j in range(2)])
+        _, C, it = _weighted_lloyd(BX, bwv, C, tol=0.0)  # to a fixed point: cheap on blocks
+        n_iter += it
+    # every pixel to the centre nearest its own (L*, h*) (float64; ties to the lowest index). A cell lies
+    # wholly in one Voronoi region when its centre is closer to that region's centre than to any other by a
+    # margin of more than 2 * (largest centre gap) * (half the cell diagonal); its pixels take the cell's
+    # label, the pixels of the other cells are assigned one by one
+    D = _sq_dist_rows(X, C)  # |c|^2 - 2 c.x for every cell centre, (k, M)
+    labels = _argmin_rows(D)
+    best = D.min(axis=0)
+    D[labels, np.arange(labels.size)] = np.inf
+    gap = float(np.sqrt(((C[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)).max())
+    cut = D.min(axis=0) - best <= 2.0 * gap * (0.5 * np.hypot(sL, sh) * (1 + 1e-6) + 1e-9)  # slack for rounding
+    table = np.zeros(nL * nh, dtype=np.int32)
+    table[nz] = labels
+    pl = table.take(key)
+    if cut.any():
+        flag = np.zeros(nL * nh, dtype=bool)
+        flag[nz[cut]] = True
+        idx = np.flatnonzero(flag.take(key))
+        P = np.empty((3, idx.size))
+        P[0] = L.take(idx)
+        P[1] = h.take(idx)
+        P[2] = 1.0
+        W = np.empty((k, 3))
+        W[:, :2] = -2.0 * C
+        W[:, 2] = (C * C).sum(axis=1)
+        pl[idx] = _argmin_rows(W @ P)
+    L_hist = np.bincount(pl * np.int32(nL) + iL, minlength=k * nL).reshape(k, nL)
+    h_hist = np.bincount(pl * np.int32(nh) + ih, minlength=k * nh).reshape(k, nh)
+    sizes = L_hist.sum(axis=1).astype(np.int64)
+    fit = ThongFit(cells=X, weights=w, labels=labels, centers=C, sizes=sizes, L_hist=L_hist, h_hist=h_hist,
+                   L0=L0, h0=h0, steps=(sL, sh), ranges=((float(L.min()), float(L.max())), (float(h.min()), float(h.max()))),
+                   k=k, top=top, n_iter=n_iter)
+    return fit, pl
 
 
-def thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
-                         init_centers=None):
-    """The :func:`thong` estimate from precomputed :func:`thong_features`, and the fit behind it.
+def thong_from_features(L, h, C, *, k: int = 5, top: int = 3, details: bool = True, init_centers=None):
+    """The :func:`thong` estimate from precomputed :func:`thong_features`, and the summary behind it.
 
     Parameters
     ----------
     L, h, C : (N,) float32 arrays
         Per-pixel L*, signed hue angle h* (degrees) and chroma C*.
-    k, top, coarse, details, init_centers
+    k, top, details, init_centers
         As for :func:`thong`.
 
     Returns
@@ -415,32 +644,57 @@ def thong_from_features(L, h, C, *, k: int = 5, top: int = 3, coarse: int = 4000
     result : dict
         As :func:`thong` returns it.
     fit : ThongFit
-        Centred data, labels and centres, for :func:`thong_bootstrap`.
+        The histogram summary, clusters and marginals, for :func:`thong_bootstrap`.
     """
-    fit, n_iter = _thong_fit(L, h, C, k=k, top=top, coarse=coarse, init_centers=init_centers)
-    counts, xs = _group_sort(fit.labels, np.stack([L, h, C]), k)
-    fit.counts, fit.Lh_sorted = counts, xs[:2].copy()
-    modes = _sorted_modes(xs, counts)
-    est, spread, kept = _combine_top(counts, modes, top)
+    L = np.ascontiguousarray(L, dtype=np.float32)
+    h = np.ascontiguousarray(h, dtype=np.float32)
+    C = np.ascontiguousarray(C, dtype=np.float32)
+    fit, pixel_labels = _thong_fit(L, h, k=k, top=top, init_centers=init_centers)
+    sC = cell_size(C, CELL_C)
+    iC = _cell_index(C, sC)
+    nC = int(iC.max()) + 1
+    iC += pixel_labels * np.int32(nC)
+    C_hist = np.bincount(iC, minlength=k * nC).reshape(k, nC)
+    modes = np.column_stack([
+        _modes_to_values(grid_modes(fit.L_hist), fit.L0, fit.steps[0]),
+        _modes_to_values(grid_modes(fit.h_hist), fit.h0, fit.steps[1]),
+        _modes_to_values(grid_modes(C_hist), 0.5 * sC, sC),
+    ])
+    # a cell centre can lie up to half a cell beyond the data (all-white skin: L* 100.125): clip to the pixels' range
+    for j, (lo, hi) in enumerate((*fit.ranges, (float(C.min()), float(C.max())))):
+        np.clip(modes[:, j], lo, hi, out=modes[:, j])
+    est, spread, kept = _combine_top(fit.sizes, modes, top)
     Lm, hm, Cm = est
     rad = np.radians(hm)
     extra = {}
     if details:
         extra = {
-            "cluster_centers": (fit.C + fit.mu).tolist(),
-            "cluster_sizes": counts.tolist(),
+            "cluster_centers": fit.centers.tolist(),
+            "cluster_sizes": fit.sizes.tolist(),
             "cluster_modes": modes.tolist(),
             "kept_clusters": kept.tolist(),
             "L_mode_spread": float(spread[0]),
             "hue_mode_spread": float(spread[1]),
-            "n_iter": int(n_iter),
+            "n_iter": int(fit.n_iter),
+            "n_cells": int(fit.weights.size),
         }
     return _result(Lm, Cm * np.cos(rad), Cm * np.sin(rad), None, **extra), fit
 
 
-def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 4000, details: bool = True,
+def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, details: bool = True,
           init_centers: np.ndarray | None = None, features: tuple | None = None) -> dict:
-    """Deterministic Thong et al. estimator (docs/METHODS.md §2.2) on CIELAB pixels.
+    """Deterministic, order-free Thong et al. estimator (docs/METHODS.md §2.2) on CIELAB pixels.
+
+    The pixels are summarised by a histogram of (L*, signed h*) on a fixed grid of cells of at most
+    :data:`CELL_L` x :data:`CELL_H` (:func:`cell_size`; every pixel counts at its cell's centre),
+    which does not depend on the order of the pixels. K-Means (``k`` clusters) runs on the non-empty
+    cells with their pixel counts as weights (quantile seeds from the weighted histogram, weighted
+    Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells, then every pixel to its nearest
+    centre); the mode of each cluster's Sturges histogram of L*, h* (and C*, on its own grid of at
+    most :data:`CELL_C`) is taken from its cells (:func:`grid_modes`); the ``top`` clusters with the
+    highest L* mode are averaged, weighted by pixel count. The same pixels in any order give
+    bit-identical results (so does a mirrored image with its mirrored mask through
+    :func:`fairvision.skin.measurement.measure`, whose smoothing is mirror-exact).
 
     Parameters
     ----------
@@ -448,45 +702,34 @@ def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, coarse: int = 400
         CIELAB of the (already smoothed) skin pixels.
     k, top : int
         Number of clusters (5) and of kept clusters with the highest L* mode (3).
-    coarse : int
-        Size of the first strided subsample (the quantile seeds come from
-        it): Lloyd's algorithm converges on ``coarse``, ``4 coarse`` ...
-        pixels while a level is at most :data:`MAX_CLUSTER_PIXELS`, each
-        level starting from the previous centres; then on all pixels if
-        there are at most twice the last level, otherwise every pixel is
-        assigned once to the nearest of the last level's centres. The
-        histogram modes use every pixel.
     init_centers : (k, 2) array, optional
-        Start Lloyd's algorithm from these (L*, signed h*) centres instead of
-        the quantile seeds.
+        Start the clustering from these (L*, signed h*) centres instead of the quantile seeds.
     features : tuple of 3 arrays, optional
         Precomputed :func:`thong_features` (then ``lab`` is ignored).
 
     Returns
     -------
     dict with ``L``, ``a``, ``b``, ``hue`` (degrees, [0, 360)), ``chroma``,
-    ``ita`` and ``extra`` (cluster centres, sizes, modes, kept clusters and the
-    weighted spread of the kept modes, as the published code reports).
+    ``ita`` and ``extra`` (cluster centres, sizes, modes, kept clusters, the
+    weighted spread of the kept modes as the published code reports, iterations and cells).
     """
-    L, h, C = thong_features(lab) if features is None else (np.ascontiguousarray(f, dtype=np.float32) for f in features)
-    return thong_from_features(L, h, C, k=k, top=top, coarse=coarse, details=details, init_centers=init_centers)[0]
+    L, h, C = thong_features(lab) if features is None else features
+    return thong_from_features(L, h, C, k=k, top=top, details=details, init_centers=init_centers)[0]
 
 
-def thong_bootstrap(fit: ThongFit, n_boot: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """(L*, signed h*) estimates of ``n_boot`` bootstrap replicates of ``m`` pixels, all at once.
+def thong_bootstrap(fit: ThongFit, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(L*, signed h*) estimates of ``n_boot`` bootstrap replicates of all ``n`` pixels (docs/METHODS.md §2.2).
 
-    Each replicate resamples ``m`` pixels with replacement and keeps the
-    full-sample cluster memberships (the replicate is warm-started from the
-    full solution, whose labels are the nearest-centre assignment to its
-    centres; re-running Lloyd's algorithm moves only a few boundary pixels and
-    leaves the spread of the answer unchanged). Drawn stratified, which is the
-    same distribution: the replicate's cluster sizes are multinomial with the
-    full cluster proportions and the pixels are uniform within each cluster,
-    so every replicate arrives grouped by cluster with no sort. The
-    Sturges-histogram modes (bin centres over each replicate cluster's own
-    range and with Sturges' bin count for its own size), the top-``top``
-    selection by L* mode and the count-weighted mean are then recomputed for
-    all replicates at once.
+    A replicate redraws the ``n`` pixels with replacement, as counts over the summary: the cluster
+    sizes are multinomial with the full-sample cluster proportions, and within each cluster the L*
+    and the h* histograms are multinomial with that cluster's L* and h* proportions (each exactly
+    its distribution under pixel resampling; only the coupling between a cluster's L* and h*
+    counts is dropped). Pixels keep their full-sample clusters: re-running the clustering per
+    replicate (about 5 ms each on a 1024 x 1024 face) is left out, so the SD leaves out the times the
+    quantile seeds would fall into another local optimum (docs/METHODS.md §2.2).
+    The Sturges modes, the top-``top`` choice by L* mode and the count-weighted mean are recomputed
+    for all replicates at once. All draws run over the canonical cell order, so the replicates do
+    not depend on the order of the pixels either.
 
     Parameters
     ----------
@@ -494,8 +737,6 @@ def thong_bootstrap(fit: ThongFit, n_boot: int, m: int, rng: np.random.Generator
         From :func:`thong_from_features`.
     n_boot : int
         Number of replicates.
-    m : int
-        Pixels per replicate.
     rng : numpy.random.Generator
 
     Returns
@@ -503,29 +744,26 @@ def thong_bootstrap(fit: ThongFit, n_boot: int, m: int, rng: np.random.Generator
     numpy.ndarray, shape (n_boot, 2)
         Replicate estimates of L* and signed h*.
     """
-    k, top = fit.k, fit.top
-    R = int(n_boot)
-    n = int(fit.counts.sum())
-    sizes = rng.multinomial(m, fit.counts / n, size=R)  # (R, k) replicate cluster sizes
-    starts = np.cumsum(fit.counts) - fit.counts
-    modes = np.empty((R, k, 2))
-    per = max(1, (1 << 18) // max(m, 1))  # replicates per chunk (bounded temporaries)
-    for r0 in range(0, R, per):
-        r1 = min(r0 + per, R)
-        idx = np.empty(int(sizes[r0:r1].sum()), dtype=np.intp)
-        pos = 0
-        for r in range(r0, r1):
-            for c in range(k):
-                s = int(sizes[r, c])
-                if s:
-                    idx[pos:pos + s] = rng.integers(starts[c], starts[c] + fit.counts[c], size=s)
-                    pos += s
-        modes[r0:r1] = _sorted_modes(fit.Lh_sorted.take(idx, axis=1), sizes[r0:r1].ravel()).reshape(r1 - r0, k, 2)
-    key = np.where(sizes > 0, -modes[..., 0], np.inf)
+    k, top, R = fit.k, fit.top, int(n_boot)
+    n = fit.n
+    sizes = rng.multinomial(n, fit.sizes / n, size=R)  # (R, k)
+    Lh = np.zeros((R, k, fit.L_hist.shape[1]), dtype=np.int64)
+    hh = np.zeros((R, k, fit.h_hist.shape[1]), dtype=np.int64)
+    for c in range(k):
+        if fit.sizes[c] == 0:
+            continue
+        for hist, out in ((fit.L_hist[c], Lh), (fit.h_hist[c], hh)):
+            occ = np.flatnonzero(hist)  # only occupied cells can be drawn
+            out[:, c, occ] = rng.multinomial(sizes[:, c], hist[occ] / fit.sizes[c])
+    Lm = np.clip(_modes_to_values(grid_modes(Lh.reshape(R * k, -1)), fit.L0, fit.steps[0]), *fit.ranges[0]).reshape(R, k)
+    hm = np.clip(_modes_to_values(grid_modes(hh.reshape(R * k, -1)), fit.h0, fit.steps[1]), *fit.ranges[1]).reshape(R, k)
+    key = np.where(sizes > 0, -Lm, np.inf)
     kept = np.argsort(key, axis=1, kind="stable")[:, :top]
     w = np.take_along_axis(sizes, kept, axis=1).astype(np.float64)
-    mk = np.nan_to_num(np.take_along_axis(modes, kept[..., None], axis=1))
-    return (mk * w[..., None]).sum(axis=1) / w.sum(axis=1)[:, None]
+    out = np.empty((R, 2))
+    for j, m in enumerate((Lm, hm)):
+        out[:, j] = (np.nan_to_num(np.take_along_axis(m, kept, axis=1)) * w).sum(axis=1) / w.sum(axis=1)
+    return out
 
 
 def thong_published(lab: np.ndarray, *, k: int = 5, top: int = 3, kmeans_seed: int = 2021, n_init: int = 1) -> dict:

@@ -33,10 +33,10 @@ __all__ = ["SkinMeasurement", "measure", "measure_pixels", "smooth_skin_pixels",
 DEFAULTS = {
     "min_pixels": 100,  # fewer skin pixels -> ok=False
     "n_boot": 10,  # bootstrap replicates for the stability measure
-    "boot_size": 20000,  # pixels per replicate (all pixels when fewer)
+    "boot_size": 20000,  # pixels per replicate (all pixels when fewer); thong always redraws all n pixels
     "seed": 0,  # fixed, so measurements are reproducible
-    "max_L_sd": 1.0,  # stability: bootstrap sd of L* above this -> "low_stability"
-    "max_hue_sd": 2.0,  # ... sd of h* (deg) above this -> "low_stability"
+    "max_L_sd": 1.5,  # stability: bootstrap sd of L* above this -> "low_stability" (docs/METHODS.md §2.2)
+    "max_hue_sd": 3.0,  # ... sd of h* (deg) above this -> "low_stability"
     "max_gray_sd": 2.0,  # ... sd of grey level (gray_mean only)
     "max_ita_sd": 2.0,  # ... sd of ITA (median_ita only)
     "clip_fraction": 0.05,  # share of near-saturated / near-black pixels that flags clipping
@@ -73,22 +73,17 @@ class SkinMeasurement:
         ``hue_iqr``, ``hue_sd`` (hue as a signed angle).
     stability : dict
         Standard deviation of the estimate over ``n_boot`` bootstrap
-        resamples of ``boot_pixels`` skin pixels (``L_sd``, ``hue_sd``, and
-        ``gray_sd`` / ``ita_sd``): how much the answer moves when the pixels
-        are resampled (fixed seed, so reproducible). When the image has more
-        pixels than a replicate this overstates the uncertainty of the
-        full-image estimate (conservative). For ``thong`` each replicate
-        keeps the full-sample cluster memberships (it is warm-started from
-        the full solution, whose labels are the nearest-centre assignment to
-        its centres; re-running Lloyd's algorithm per replicate moves only a
-        few boundary pixels and gives the same spread of answers) and
-        recomputes the cluster sizes, the histogram modes (over each
-        replicate cluster's own range, with Sturges' bin count for its own
-        size) and the top-3 selection, so the measure captures how far the
-        modes and the choice of kept clusters move with the pixels, not the
-        choice of initialisation (which is fixed). All replicates are drawn
-        stratified by cluster (the same distribution as plain resampling) and
-        computed together.
+        replicates (``L_sd``, ``hue_sd``, and ``gray_sd`` / ``ita_sd``): how
+        much the answer moves when the pixels are redrawn (fixed seed, so
+        reproducible); ``boot_pixels`` is the replicate size. For ``thong``
+        (docs/METHODS.md §2.2) a replicate redraws all ``n`` pixels as
+        multinomial counts over its order-free histogram summary (cluster
+        sizes, then each cluster's L* and h* histograms), keeps each pixel's
+        cluster and recomputes the Sturges modes, the top-3 choice and the
+        weighted mean, so the SD is the standard error of the reported answer
+        and, like the answer, does not depend on the order of the pixels.
+        Other methods resample ``min(n, boot_size)`` pixels (with more pixels
+        than that the SD overstates the uncertainty: conservative).
     ok : bool
     reason : str or None
         Why there is no measurement (``ok`` false).
@@ -187,16 +182,16 @@ def _signed(h: float) -> float:
 
 def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None, fit=None) -> dict:
     n = lab.shape[0]
-    m = min(n, int(boot_size))
+    m = n if method == "thong" else min(n, int(boot_size))  # thong: replicates of all n pixels
     out = {"n_boot": int(n_boot), "boot_pixels": int(m)}
     if n_boot < 2:
         return out
     rng = np.random.default_rng(seed)
-    if method == "thong":
+    if method == "thong":  # docs/METHODS.md §2.2: multinomial redraws of the order-free summary
         if fit is None:
-            kk = {key: kw[key] for key in ("k", "top", "coarse") if key in kw}
+            kk = {key: kw[key] for key in ("k", "top") if key in kw}
             _, fit = thong_from_features(*thong_features(lab), init_centers=init, details=False, **kk)
-        reps = thong_bootstrap(fit, int(n_boot), m, rng)
+        reps = thong_bootstrap(fit, int(n_boot), rng)
         sd = reps.std(axis=0, ddof=1)
         out.update({"L_sd": float(sd[0]), "hue_sd": float(sd[1])})
         return out
@@ -232,13 +227,16 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
         est["gray"] = float(np.mean(gray, dtype=np.float64))
         stab = _stability(method, lab, None, opts["n_boot"], opts["boot_size"], opts["seed"], kw, fit=fit)
         spread = _pixel_spread(lab, L, h)
-        median_chroma = float(_percentiles(C, [50])[0])
+        # median C* < min_chroma? More than half the pixels below it settles it, fewer than half too; only a
+        # count at the middle needs the median itself
+        below = int(np.count_nonzero(C < np.float32(opts["min_chroma"])))
+        achromatic = (float(_percentiles(C, [50])[0]) < opts["min_chroma"]) if abs(2 * below - n) <= 2 else 2 * below > n
     else:
         est = estimate(method, lab, gray, **kw)
         stab = _stability(method, lab, gray if method == "gray_mean" else None, opts["n_boot"], opts["boot_size"],
                           opts["seed"], kw, init=est["extra"].get("cluster_centers"))
         spread = _pixel_spread(lab)
-        median_chroma = float(np.median(np.hypot(lab[:, 1], lab[:, 2])))
+        achromatic = float(np.median(np.hypot(lab[:, 1], lab[:, 2]))) < opts["min_chroma"]
     shaky = (stab.get("L_sd", 0) > opts["max_L_sd"] or stab.get("hue_sd", 0) > opts["max_hue_sd"]
              or stab.get("gray_sd", 0) > opts["max_gray_sd"] or stab.get("ita_sd", 0) > opts["max_ita_sd"])
     if shaky:
@@ -252,7 +250,7 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
         flags.append("clipped_highlights")
     if lo > opts["clip_fraction"]:
         flags.append("clipped_shadows")
-    if median_chroma < opts["min_chroma"]:
+    if achromatic:
         flags.append("achromatic")
     return SkinMeasurement(
         L=est["L"], a=est["a"], b=est["b"], hue=est["hue"], ita=est["ita"], chroma=est["chroma"], gray=est["gray"],
@@ -266,7 +264,7 @@ def _options(method: str, kw: dict) -> dict:
     if method not in METHODS:
         raise FairvisionError(f"unknown skin colour method {method!r}; choose one of {', '.join(METHODS)}")
     opts = dict(DEFAULTS)
-    allowed = {"thong": {"k", "top", "coarse"}, "thong-published": {"k", "top", "kmeans_seed", "n_init"}}.get(method, set())
+    allowed = {"thong": {"k", "top"}, "thong-published": {"k", "top", "kmeans_seed", "n_init"}}.get(method, set())
     for key, val in kw.items():
         if key not in DEFAULTS and key not in allowed:
             raise FairvisionError(f"unknown option {key!r} for skin colour method {method!r}")
@@ -363,6 +361,12 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
     installed (about 10x faster than scipy; same kernel, float rounding aside). From uint8 the
     image is widened to RGBA in one call and zeroed outside the mask as one 32-bit word per
     pixel, and the filter reads uint8 and writes float32 (no float copy of the image).
+
+    OpenCV filters the TRANSPOSED image: its column pass adds the symmetric taps in pairs,
+    ``k_j (x[i-j] + x[i+j])``, so the horizontal smoothing is exactly mirror-symmetric and a
+    horizontally mirrored image with its mirrored mask gives bit-identical skin pixels (its row pass
+    sums the taps in order, which differs in the last bit under mirroring; docs/METHODS.md §2.2).
+    The pixels are returned in row-major mask order.
     """
     radius = int(4.0 * float(sigma) + 0.5)  # scipy's truncate=4
     t = np.arange(-radius, radius + 1, dtype=np.float64)
@@ -372,13 +376,17 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
         import cv2
     except ImportError:  # OpenCV is an optional dependency
         cv2 = None
-    flat = np.flatnonzero(m)
+    if cv2 is not None:  # filter the transposed image (mirror-exact, see above); read back at transposed indices
+        flat = np.arange(m.size, dtype=np.intp).reshape(m.shape[1], m.shape[0]).T[m]
+    else:
+        flat = np.flatnonzero(m)
     out = np.empty((3, flat.size), dtype=np.float32)
     if crop.dtype == np.uint8 and cv2 is not None:
         x4 = cv2.cvtColor(np.ascontiguousarray(crop), cv2.COLOR_RGB2RGBA)  # alpha 255
         x32 = x4.view(np.uint32).reshape(m.shape)
         np.multiply(x32, m, out=x32)  # whole pixel (RGB and alpha) to 0 outside the mask
-        sm = cv2.sepFilter2D(x4, cv2.CV_32F, kern, kern, borderType=cv2.BORDER_REPLICATE)
+        xt = np.ascontiguousarray(x32.T).view(np.uint8).reshape(m.shape[1], m.shape[0], 4)
+        sm = cv2.sepFilter2D(xt, cv2.CV_32F, kern, kern, borderType=cv2.BORDER_REPLICATE)
     else:
         img = crop.astype(np.float32) / np.float32(255.0) if crop.dtype == np.uint8 else crop.astype(np.float32, copy=False)
         x4 = np.empty(m.shape + (4,), dtype=np.float32)
@@ -387,8 +395,9 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
             np.multiply(img[..., c], mf, out=x4[..., c])
         x4[..., 3] = mf
         if cv2 is not None:
-            sm = cv2.sepFilter2D(x4, -1, kern, kern, borderType=cv2.BORDER_REPLICATE)
-        else:
+            sm = cv2.sepFilter2D(np.ascontiguousarray(x4.transpose(1, 0, 2)), -1, kern, kern,
+                                 borderType=cv2.BORDER_REPLICATE)
+        else:  # scipy adds symmetric taps in pairs along both axes (mirror-exact as it is)
             from scipy.ndimage import gaussian_filter
 
             sm = gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fairvision.errors import FairvisionError
+from fairvision.vision.detect import plausible_face_box
 
 _LOCK = threading.Lock()
 _CACHE: dict[str, object] = {}
@@ -65,10 +66,12 @@ MODEL_CACHE = _CACHE  # public: the per-process model cache (filled without the 
 
 
 def detect(image_rgb: np.ndarray, *, upsample: int = 1) -> list[np.ndarray]:
-    """HOG face boxes ``[x0, y0, x1, y1]`` (float32 pixels), largest first."""
+    """HOG face boxes ``[x0, y0, x1, y1]`` (float32 pixels), largest first; boxes on content that is
+    not a photograph are dropped (:func:`fairvision.vision.detect.plausible_face_box`)."""
     img = np.ascontiguousarray(image_rgb, dtype=np.uint8)
     rects = _get("detector")(img, int(upsample))
     boxes = [np.array([r.left(), r.top(), r.right(), r.bottom()], dtype=np.float32) for r in rects]
+    boxes = [b for b in boxes if plausible_face_box(img, b)]  # not on pixel noise
     return sorted(boxes, key=lambda b: -float((b[2] - b[0]) * (b[3] - b[1])))
 
 

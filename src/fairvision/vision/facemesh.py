@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from fairvision.vision.detect import plausible_face_box
+
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[int, float], object] = {}
 
@@ -138,7 +140,8 @@ def face_landmarks(
     -------
     list of ndarray
         One ``(468, 2)`` float32 array of ``(x, y)`` pixel coordinates per face
-        (may lie slightly outside the image).
+        (may lie slightly outside the image). Faces on content that is not a
+        photograph are dropped (:func:`fairvision.vision.detect.plausible_face_box`).
     """
     img = np.ascontiguousarray(image_rgb, dtype=np.uint8)
     h, w = img.shape[:2]
@@ -155,5 +158,6 @@ def face_landmarks(
         xy = np.array([(p.x, p.y) for p in lm.landmark], dtype=np.float32)
         xy[:, 0] *= sw * scale
         xy[:, 1] *= sh * scale
-        faces.append(xy)
+        if plausible_face_box(image_rgb, np.r_[xy.min(axis=0), xy.max(axis=0)]):  # not on pixel noise
+            faces.append(xy)
     return faces
