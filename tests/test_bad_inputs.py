@@ -303,3 +303,19 @@ def test_every_command_follows_the_exit_convention(command, capsys, tmp_path):
     assert main([*command, "--no-such-option"]) == EXIT_INPUT
     capsys.readouterr()
     assert EXIT_INTERRUPTED == 130
+
+
+@pytest.mark.vision
+def test_native_model_logs_do_not_reach_the_terminal(tmp_path):
+    """A real process measuring one image in-process: stderr holds the error line and nothing from
+    mediapipe's native logging (set FAIRVISION_NATIVE_LOGS=1 to see it)."""
+    pytest.importorskip("mediapipe")
+    from PIL import Image
+
+    noise = tmp_path / "noise.png"
+    Image.fromarray(np.random.default_rng(2).integers(0, 255, (256, 256, 3), dtype=np.uint8)).save(noise)
+    env = {k: v for k, v in os.environ.items() if k not in ("GLOG_minloglevel", "TF_CPP_MIN_LOG_LEVEL")}
+    p = subprocess.run([sys.executable, "-m", "fairvision", "skin", "measure", str(noise), "--no-store",
+                        "-o", str(tmp_path / "s.parquet")], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == EXIT_INPUT
+    assert p.stderr.splitlines() == [p.stderr.strip()] and "no face found" in p.stderr, p.stderr

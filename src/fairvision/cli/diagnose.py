@@ -298,6 +298,7 @@ def transect_cmd(
     import pandas as pd
 
     from fairvision.audits.diagnosis.counterfactual import audit_colour_transect
+    from fairvision.engine.pool import quiet_native_stderr
     from fairvision.io.images import encode_png, read_image
     from fairvision.report.sections.diagnosis import transect_section
     from fairvision.skin.masks import skin_mask
@@ -310,8 +311,9 @@ def transect_cmd(
     rows, extra = [], {}
     seen: set[str] = set()
     con = Console(stderr=True)
-    with Progress(TextColumn("transect {task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=con, transient=True, disable=not con.is_terminal) as prog:
+    with quiet_native_stderr(), Progress(TextColumn("transect {task.description}"), BarColumn(), MofNCompleteColumn(),
+                                         TimeRemainingColumn(), console=con, transient=True,
+                                         disable=not con.is_terminal) as prog:
         task = prog.add_task(tag, total=len(files))
         for f in files:
             name = f"{f.stem}_{tag}.png"

@@ -16,6 +16,7 @@ is called once), which is the fastest choice for short runs and for tests.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -116,6 +117,33 @@ def silence_native_stderr() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     os.close(devnull)
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """While models run in this process: native log lines (fd 2) go to /dev/null, Python's own
+    ``sys.stderr`` (errors, progress bars) still reaches the terminal through a copy of fd 2."""
+    if os.environ.get("FAIRVISION_NATIVE_LOGS"):
+        yield
+        return
+    real = sys.stderr is sys.__stderr__ and sys.__stderr__ is not None
+    if real:
+        sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    old = sys.stderr
+    if real:
+        sys.stderr = open(saved, "w", buffering=1, closefd=False, encoding=old.encoding, errors="backslashreplace")
+    try:
+        yield
+    finally:
+        if real:
+            sys.stderr.flush()
+            sys.stderr = old
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def start_worker(threads: int | None, initializer, initargs) -> None:
@@ -238,13 +266,14 @@ def imap(
     if in_process is None:
         in_process = workers == 1 or n == 1
     if in_process:
-        if initializer is not None:
-            initializer(*initargs)
-        for index, item in indexed:
-            (outcome,) = run_chunk(fn, [(index, item)])
-            if progress is not None:
-                progress(outcome)
-            yield outcome
+        with quiet_native_stderr():
+            if initializer is not None:
+                initializer(*initargs)
+            for index, item in indexed:
+                (outcome,) = run_chunk(fn, [(index, item)])
+                if progress is not None:
+                    progress(outcome)
+                yield outcome
         return
     size = int(chunksize) if chunksize else auto_chunksize(n, workers)
     if size < 1:
