@@ -125,7 +125,7 @@ def cli_times(folder: Path, workers: int, repeat: int) -> tuple[float, float | N
         for _ in range(repeat):
             t = time.perf_counter()
             subprocess.run([sys.executable, "-m", "fairvision", "skin", "measure", str(folder), "-o", f"{tmp}/s.parquet",
-                            "-j", str(workers), "--no-progress"], check=True, capture_output=True)
+                            "-j", str(workers), "--no-progress", "--no-store"], check=True, capture_output=True)
             ours.append(time.perf_counter() - t)
             if stone_bin.is_file():
                 t = time.perf_counter()

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from fairvision.audits.gates import failure_message
 from fairvision.errors import FairvisionError
-from fairvision.io.validate import check_writable
+from fairvision.io.atomic import check_writable
 
 
 #: ``--engine local|ray`` and ``--address ADDR``: shared by every command that measures images.

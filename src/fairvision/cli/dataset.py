@@ -18,7 +18,7 @@ from fairvision.cli.common import (
     status,
 )
 from fairvision.errors import FairvisionError
-from fairvision.stats.corrections import DEFAULT_CORRECTION, METHODS
+from fairvision.stats.constants import DEFAULT_CORRECTION, METHODS
 
 
 def audit_dataset_cmd(

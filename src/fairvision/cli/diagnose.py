@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from fairvision.cli.common import check_outdir, done, status
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.stats.corrections import DEFAULT_CORRECTION
+from fairvision.stats.constants import DEFAULT_CORRECTION
 
 diagnose_app = typer.Typer(
     help=(

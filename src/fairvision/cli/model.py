@@ -11,8 +11,8 @@ import typer
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
 from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
 from fairvision.errors import FairvisionError
-from fairvision.stats.corrections import DEFAULT_CORRECTION
-from fairvision.stats.corrections import METHODS as CORRECTIONS
+from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.stats.constants import METHODS as CORRECTIONS
 
 
 def audit_model_cmd(

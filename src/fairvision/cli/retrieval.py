@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-import numpy as np
 import typer
 
 from fairvision.audits.gates import describe, evaluate_conditions, gate_meta, parse_condition
@@ -25,7 +24,7 @@ from fairvision.cli.common import (
     ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store,
 )
 from fairvision.errors import FairvisionError
-from fairvision.stats.corrections import DEFAULT_CORRECTION, METHODS
+from fairvision.stats.constants import DEFAULT_CORRECTION, METHODS
 
 retrieval_app = typer.Typer(
     help="Visual-search harness for retrieval audits: k-nearest-neighbour results from embeddings or photos.",
@@ -83,7 +82,9 @@ def _image_table(source: str):
 def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1, workers=1,
              engine="local", address=None):
     """Run the visual-search harness; returns (results, items, embedding status or None)."""
-    # lazy: pandas (see the module docstring)
+    # lazy: numpy and pandas (see the module docstring)
+    import numpy as np
+
     from fairvision.io.embeddings import read_embeddings
     from fairvision.io.retrieval import read_items
     from fairvision.stats.knn import knn_search

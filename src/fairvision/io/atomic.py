@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from fairvision.errors import FairvisionError
+
 
 def _read_umask() -> int:
     mask = os.umask(0)
@@ -86,3 +88,35 @@ def atomic_output_dir(outdir: str | os.PathLike) -> Iterator[Path]:
                 os.replace(src, dst)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _probe(folder: Path) -> bool:
+    """Whether a file can be created in ``folder`` (tried for real: permission bits say nothing for root
+    or on a read-only file system)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fairvision-write-check-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(tmp)
+    return True
+
+
+def check_writable(path: str | os.PathLike, *, kind: str = "output") -> Path:
+    """Check before any work that ``path`` (a file or folder to create or replace) can be written.
+
+    Outputs are staged beside the target and moved into place, so the
+    target's nearest existing folder must take a new file, and so must an
+    existing target folder.
+    """
+    path = Path(path)
+    if path.is_dir() and not _probe(path):
+        raise FairvisionError(f"{path}: {kind} is not writable")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise FairvisionError(f"{path}: cannot create the {kind}: {parent} is not a folder")
+    if not _probe(parent):
+        raise FairvisionError(f"{path}: cannot write the {kind}: folder {parent} is not writable")
+    return path

@@ -17,8 +17,6 @@ before any work, so a bad input stops the run at once and nothing is written.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -26,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError
+from fairvision.io.atomic import check_writable  # noqa: F401  (part of the validation path)
 
 #: accepted values of every command's ``--missing`` option
 MISSING_RULES = ("error", "drop", "keep")
@@ -114,35 +113,3 @@ def missing_rows(data: pd.DataFrame, columns: Iterable[str], rule: str, *, sourc
         if rule == "drop":
             keep &= ~empty
     return keep
-
-
-def _probe(folder: Path) -> bool:
-    """Whether a file can be created in ``folder`` (tried for real: permission bits say nothing for root
-    or on a read-only file system)."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".fairvision-write-check-", dir=folder)
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(tmp)
-    return True
-
-
-def check_writable(path: str | os.PathLike, *, kind: str = "output") -> Path:
-    """Check before any work that ``path`` (a file or folder to create or replace) can be written.
-
-    Outputs are staged beside the target and moved into place, so the
-    target's nearest existing folder must take a new file, and so must an
-    existing target folder.
-    """
-    path = Path(path)
-    if path.is_dir() and not _probe(path):
-        raise FairvisionError(f"{path}: {kind} is not writable")
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise FairvisionError(f"{path}: cannot create the {kind}: {parent} is not a folder")
-    if not _probe(parent):
-        raise FairvisionError(f"{path}: cannot write the {kind}: folder {parent} is not writable")
-    return path

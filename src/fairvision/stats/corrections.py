@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.errors import FairvisionError
+from fairvision.stats.constants import DEFAULT_CORRECTION, METHODS
 
-METHODS = ("holm", "bonferroni", "bh", "none")
-DEFAULT_CORRECTION = "holm"
+__all__ = ["DEFAULT_CORRECTION", "METHODS", "adjust_pvalues"]
 _ALIASES = {"fdr_bh": "bh", "benjamini-hochberg": "bh", "benjamini_hochberg": "bh", None: "none"}
 
 
