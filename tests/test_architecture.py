@@ -114,3 +114,16 @@ def test_no_private_names_imported_across_modules(part, path):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in module_aliases:
             assert not _is_private(node.attr), (
                 f"{path.relative_to(SRC)}:{node.lineno} uses private {node.value.id}.{node.attr} of another module")
+
+
+def test_cli_start_up_imports_no_numerics():
+    """`fairvision --help` and every command's option parsing load neither numpy nor pandas (0.15 s instead of
+    0.45 s): command modules import the heavy stack inside the command."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fairvision.cli; heavy = [m for m in ('numpy', 'pandas', 'scipy', 'duckdb', 'ray') "
+            "if m in sys.modules]; print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"imported at start-up: {out.stdout.strip()}"
