@@ -305,3 +305,23 @@ def test_skin_report_and_compare_commands(tmp_path, capsys):
     values = {k: v for s in doc["sections"] for blk in s["blocks"] if blk.get("name") == "comparison" for k, v in blk["values"].items()}
     assert values["p-value"] < 1e-6
     assert main(["skin", "compare", str(a), str(tmp_path / "none.csv"), "-o", str(tmp_path / "r3")]) == 2
+
+
+def test_listing_file_of_image_paths(tmp_path):
+    """A .txt listing (one path per line, relative to the listing; blanks and # comments skipped)."""
+    from fairvision.audits.skin_batch import _as_table
+    from fairvision.errors import InputFileError
+
+    (tmp_path / "a").mkdir()
+    for name in ("x.jpg", "y.png"):
+        (tmp_path / "a" / name).write_bytes(b"")
+    listing = tmp_path / "images.txt"
+    listing.write_text("# my images\na/x.jpg\n\n" + str(tmp_path / "a" / "y.png") + "\n")
+    df = _as_table(listing)
+    assert list(df["sample_id"]) == ["x", "y"]
+    assert list(df["image_path"]) == [str(tmp_path / "a" / "x.jpg"), str(tmp_path / "a" / "y.png")]
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(InputFileError, match="empty.txt: the listing names no image"):
+        _as_table(tmp_path / "empty.txt")
+    listing.write_text("a/x.jpg\nb/x.jpg\n")  # one stem twice: the paths are the sample ids
+    assert list(_as_table(listing)["sample_id"]) == [str(tmp_path / "a" / "x.jpg"), str(tmp_path / "b" / "x.jpg")]

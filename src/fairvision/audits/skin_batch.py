@@ -95,6 +95,9 @@ def _as_table(source) -> pd.DataFrame:
             if not p.is_file():
                 raise InputFileError(f"{p}: no such image file")
             df = pd.DataFrame({SAMPLE_ID: [p.stem], IMAGE_PATH: [str(p.resolve())]})
+        elif p.suffix.lower() in LISTING_SUFFIXES:
+            df = _as_table(read_listing(p))
+            df.attrs["source"] = str(p)
         else:
             df = read_table(p)
             if IMAGE_PATH not in df.columns:
@@ -106,17 +109,39 @@ def _as_table(source) -> pd.DataFrame:
         stems = [Path(x).stem for x in paths]
         ids = stems if len(set(stems)) == len(stems) else paths
         df = pd.DataFrame({SAMPLE_ID: ids, IMAGE_PATH: paths})
+    label = str(source) if isinstance(source, (str, os.PathLike)) else df.attrs.get("source", "table")
     if len(df) == 0:
-        raise FairvisionError("no images given")
+        raise FairvisionError(f"{label}: no images given")
     df[SAMPLE_ID] = df[SAMPLE_ID].astype(str)
     missing = df[IMAGE_PATH].isna().to_numpy()
     if missing.any():
-        raise ColumnError(f"row {int(np.flatnonzero(missing)[0]) + 1}: empty {IMAGE_PATH}")
+        raise ColumnError(f"{label}: row {int(np.flatnonzero(missing)[0]) + 1}: empty {IMAGE_PATH}")
     dup = df[SAMPLE_ID].duplicated().to_numpy()
     if dup.any():
         row = int(np.flatnonzero(dup)[0])
-        raise ColumnError(f"row {row + 1}: duplicate sample_id {df[SAMPLE_ID].iloc[row]!r}")
+        first = int(np.flatnonzero(df[SAMPLE_ID].to_numpy() == df[SAMPLE_ID].iloc[row])[0])
+        raise ColumnError(f"{label}: row {row + 1}: duplicate sample_id {df[SAMPLE_ID].iloc[row]!r} "
+                          f"({Path(str(df[IMAGE_PATH].iloc[first])).name} and {Path(str(df[IMAGE_PATH].iloc[row])).name})")
     return df.reset_index(drop=True)
+
+
+#: image listings: one image path per line (relative to the listing's folder); blank lines and # comments skipped
+LISTING_SUFFIXES = (".txt", ".lst")
+
+
+def read_listing(path: Path) -> list[str]:
+    """The image paths of a listing file (for millions of images, where a folder scan or a table is unwieldy)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such listing file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read the listing: {exc}") from None
+    paths = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    if not paths:
+        raise InputFileError(f"{path}: the listing names no image")
+    base = path.resolve().parent
+    return [str(q if (q := Path(x)).is_absolute() else base / q) for x in paths]
 
 
 # --------------------------------------------------------------------------- store

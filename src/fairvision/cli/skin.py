@@ -28,7 +28,7 @@ skin_app = typer.Typer(
 def measure_cmd(
     source: Path = typer.Argument(
         ..., metavar="IMAGES_OR_FOLDER_OR_TABLE",
-        help="An image, a folder of images, or a sample table (CSV, TSV, Parquet, JSON/JSONL) with an image path column.",
+        help="An image, a folder of images, a sample table (CSV, TSV, Parquet, JSON/JSONL) with an image path column, or a listing (.txt: one image path per line).",
     ),
     output: Path = typer.Option(Path("skin.parquet"), "--output", "-o", help="Output table: .parquet, .csv, .tsv, .json or .jsonl (written atomically)."),
     method: str = typer.Option("thong", "--method", "-m", help="Colour estimator: thong (deterministic Thong et al.), thong-published, mean, median_ita, gray_mean."),
