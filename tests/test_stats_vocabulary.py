@@ -46,6 +46,14 @@ EXAMPLES = {
     "contrast_tests": lambda: S.contrast_tests(pd.DataFrame(
         [[20, 10], [12, 18], [50, 50]], index=pd.Index(["x", "y", "catalog"], name="query"),
         columns=pd.Index(["x", "y"], name="result")), n_queries=pd.Series({"x": 5, "y": 5})),
+    "signed_rank_test": lambda: S.signed_rank_test(_X[:20]),
+    "flip_test": lambda: S.flip_test(7, 2),
+    "metamorphic_scores": lambda: S.metamorphic_scores(pd.DataFrame(
+        {"change": _X, "word": np.tile(["w1", "w2", "w3"], 20), "seed_id": np.repeat(np.arange(20), 3)}),
+        topic=None, n_boot=50).words,
+    "paired_difference_test": lambda: S.paired_difference_test(0.3, 0.1, _X[:30] * 0.1 + 0.3, _X[30:] * 0.1 + 0.1),
+    "paired_od_tests": lambda: S.paired_od_tests(
+        np.tile(["u", "v"], 30), {"m1": np.tile(["u", "v", "u"], 20), "m2": np.tile(["u", "v"], 30)}, _G, n_boot=50),
     "compare_elo_groups": lambda: S.compare_elo_groups(pd.Series(_X, index=[f"i{i}" for i in range(60)]),
                                                        pd.Series(_G, index=[f"i{i}" for i in range(60)])),
 }

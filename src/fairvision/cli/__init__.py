@@ -41,7 +41,8 @@ audit_app = typer.Typer(
 )
 app.add_typer(audit_app, name="audit")
 
-COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score", "store")
+COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score", "store", "generative",
+                   "transfer")
 
 
 def _version_callback(value: bool):

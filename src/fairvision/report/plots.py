@@ -177,3 +177,29 @@ def lines(x: Sequence[float], series: dict[str, Sequence[float]], *, title: str 
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     return fig
+
+
+def ci_series(panels: dict[str, dict[str, pd.DataFrame]], *, x: str = "x", estimate: str = "estimate", low: str = "ci_low",
+              high: str = "ci_high", xlabel: str = "", ylabel: str = "", logx: bool = False, title: str = ""):
+    """One panel per key of ``panels``, each with named series of points and CI bars (a series with several points is
+    joined by a line), e.g. model bias against training-set size per subset family."""
+    n = max(1, len(panels))
+    fig, axes = plt.subplots(1, n, figsize=(min(14, 4.8 * n + 1), 3.6), squeeze=False)
+    for ax, (pname, series) in zip(axes[0], panels.items()):
+        for i, (sname, df) in enumerate(series.items()):
+            df = df.sort_values(x)
+            xs, ys = df[x].to_numpy(dtype=float), df[estimate].to_numpy(dtype=float)
+            err = np.vstack([ys - df[low].to_numpy(dtype=float), df[high].to_numpy(dtype=float) - ys])
+            ax.errorbar(xs, ys, yerr=np.where(np.isfinite(err), np.clip(err, 0, None), 0), marker="o", ms=4, capsize=3,
+                        lw=1.4 if len(df) > 1 else 0, elinewidth=1, color=PALETTE[i % len(PALETTE)], label=str(sname))
+        if logx:
+            ax.set_xscale("log")
+        ax.set_title(str(pname), fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.legend(fontsize=7, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig

@@ -72,6 +72,17 @@ _EXPORTS = {
     "cochran_mantel_haenszel": "stratified",
     "cmh_from_samples": "stratified",
     "mcnemar": "stratified",
+    # generative model audits (issue: BiasPainter metamorphic testing)
+    "signed_rank_test": "metamorphic",
+    "flip_test": "metamorphic",
+    "metamorphic_scores": "metamorphic",
+    "ChangeTestResult": "metamorphic",
+    "MetamorphicScores": "metamorphic",
+    # bias-transfer studies (issue 16)
+    "disparity_replicates": "multiclass",
+    "paired_difference_test": "paired",
+    "paired_od_tests": "paired",
+    "PairedDifferenceResult": "paired",
 }
 
 __all__ = sorted(_EXPORTS)

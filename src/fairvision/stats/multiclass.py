@@ -216,3 +216,68 @@ def overall_disparity_ci(y_true, y_pred, groups, *, subjects=None, n_boot: int =
         lo, hi = percentile_ci(reps, level)
         sd = float(np.nanstd(reps, ddof=1))
     return ODResult(od, float(lo), float(hi), level, se=sd, n_boot=n_boot, id_per_class=ids, recall=recall)
+
+
+def disparity_replicates(y_true, y_pred, groups, subjects, weights, *, classes=None) -> dict:
+    """OD, ID of every class and accuracy under given subject weights (docs/METHODS.md §6.4, §11.3).
+
+    The building block of joint (paired) bootstraps: give the same
+    ``weights`` for the predictions of several models on one test set and the
+    replicates line up, so differences between models have a proper bootstrap
+    distribution. A row of ones is the point estimate.
+
+    Parameters
+    ----------
+    y_true, y_pred : array_like
+        True and predicted class of every sample.
+    groups : array_like
+        Demographic group of every sample.
+    subjects : int array
+        Subject code ``0 .. S-1`` of every sample (``S = weights.shape[1]``).
+    weights : numpy.ndarray, shape (m, S)
+        How many times each subject is drawn in each of ``m`` samples (from
+        :func:`~fairvision.stats.resample.cluster_bootstrap_weights`).
+    classes : sequence, optional
+        Classes to score (default: the true classes seen, sorted).
+
+    Returns
+    -------
+    dict
+        ``od`` (m,), ``id`` (m, C), ``accuracy`` (m,), ``classes`` and
+        ``groups`` (the labels of the columns of the recall matrix).
+    """
+    y_true = np.asarray(y_true, dtype=object)
+    y_pred = np.asarray(y_pred, dtype=object)
+    subjects = np.asarray(subjects, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.float64)
+    if not (len(y_true) == len(y_pred) == len(groups) == len(subjects)):
+        raise FairvisionError("disparity_replicates: y_true, y_pred, groups and subjects differ in length")
+    if len(y_true) == 0:
+        raise FairvisionError("disparity_replicates: no samples")
+    if weights.ndim != 2 or int(subjects.max()) >= weights.shape[1] or int(subjects.min()) < 0:
+        raise FairvisionError("disparity_replicates: weights must have one column per subject code")
+    if classes is None:
+        cls_codes, cls = _codes(y_true, "y_true")
+    else:
+        cls = list(classes)
+        lookup = {c: i for i, c in enumerate(cls)}
+        cls_codes = np.array([lookup.get(v, -1) for v in y_true])
+    g_codes, gl = _codes(groups, "groups")
+    C, G, S = len(cls), len(gl), weights.shape[1]
+    ok = cls_codes >= 0
+    correct = (y_true == y_pred).astype(float)
+    cell = np.where(ok, cls_codes * G + g_codes, 0)
+    tot = sparse.csr_matrix((ok.astype(float), (subjects, cell)), shape=(S, C * G))
+    hit = sparse.csr_matrix((correct * ok, (subjects, cell)), shape=(S, C * G))
+    wt = np.ascontiguousarray(weights.T)
+    m = weights.shape[0]
+    totals = np.asarray(tot.T @ wt).T.reshape(m, C, G)
+    hits = np.asarray(hit.T @ wt).T.reshape(m, C, G)
+    n_subj = np.bincount(subjects, minlength=S).astype(float)
+    n_hit = np.bincount(subjects, weights=correct, minlength=S)
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ids = _id_array(_recall_from_counts(hits, totals))
+        od = np.nanmean(ids, axis=1) if C else np.full(m, np.nan)
+        acc = (weights @ n_hit) / (weights @ n_subj)
+    return {"od": od, "id": ids, "accuracy": acc, "classes": cls, "groups": gl}

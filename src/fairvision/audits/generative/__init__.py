@@ -1,0 +1,11 @@
+"""Generative model audits: BiasPainter metamorphic testing of image editors (docs/METHODS.md §10).
+
+``spec`` (the TOML experiment spec), ``generators`` (one ``edit(image, prompt, seed)`` interface: built-in
+colorimetric editor, folder of outputs, Python callable, AUTOMATIC1111/Forge HTTP API), ``assessors`` (skin,
+age and gender, identity, face lost), ``audit`` (:func:`audit_generative`: generate, assess, score).
+"""
+
+from fairvision.audits.generative.audit import GenerativeResult, audit_generative, score_pairs
+from fairvision.audits.generative.spec import GenerativeSpec, load_spec, starter_spec
+
+__all__ = ["GenerativeResult", "GenerativeSpec", "audit_generative", "load_spec", "score_pairs", "starter_spec"]

@@ -1,0 +1,263 @@
+"""The generative audit: generate, assess, score (BiasPainter; docs/METHODS.md §10).
+
+:func:`audit_generative` runs a spec end to end: every generator edits every
+seed photo with every neutral prompt (resumable), every seed and output is
+assessed, and the signed changes become word, topic and model scores per
+property with bootstrap CIs and corrected paired tests, pair counts above the
+spec's thresholds, the top words per property and direction, the outputs
+whose face was lost, and the skin colour distribution of the outputs against
+the seeds (Thong et al. Table 2, via :func:`fairvision.audits.skin.audit_skin_comparison`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from fairvision.audits.generative.assessors import assess_images, pair_changes
+from fairvision.audits.generative.generators import generate
+from fairvision.audits.generative.spec import GenerativeSpec
+from fairvision.audits.skin import SkinComparison, audit_skin_comparison
+from fairvision.errors import FairvisionError
+from fairvision.stats.corrections import DEFAULT_CORRECTION
+from fairvision.stats.metamorphic import metamorphic_scores
+
+#: scored properties and their paired test (docs/METHODS.md §10.3)
+PROPERTY_TESTS = {"skin_L": "wilcoxon", "skin_hue": "wilcoxon", "skin_ita": "wilcoxon", "skin_gray": "wilcoxon",
+                  "age": "wilcoxon", "gender": "sign"}
+PROPERTY_UNITS = {"skin_L": "L*", "skin_hue": "degrees", "skin_ita": "degrees", "skin_gray": "grey levels",
+                  "age": "years", "gender": "share flipped (male +)"}
+
+
+@dataclass
+class GenerativeResult:
+    """Everything the generative audit found.
+
+    Attributes
+    ----------
+    records : DataFrame
+        One generation record per requested output (seed, prompt, generation
+        seed, parameters, content hash, ``ok`` and the ``reason`` of a failure).
+    images : DataFrame
+        Per-image measurements of seeds and outputs (no descriptors).
+    pairs : DataFrame
+        Per output: the signed changes (:func:`~fairvision.audits.generative.assessors.pair_changes`).
+    words : DataFrame
+        Index ``(generator, property, word)``: ``topic``, ``n``, ``estimate``,
+        ``ci_low``, ``ci_high``, ``level``, ``statistic``, ``pvalue``,
+        ``pvalue_adjusted``, ``n_nonzero``, ``flagged`` and ``direction``.
+    topics, model : DataFrame
+        Mean absolute word score per ``(generator, property, topic)`` and per
+        ``(generator, property)`` with CIs.
+    thresholds : DataFrame
+        Index ``(generator, property, threshold)``: ``n_pairs``,
+        ``n_flagged`` (|change| >= threshold), ``share``.
+    top_words : DataFrame
+        The ``top`` words per ``(generator, property, direction)`` by word score.
+    face_lost : DataFrame
+        Index ``(generator, word)``: ``n_outputs``, ``n_face_lost``, ``share``.
+    distribution : dict
+        generator -> :class:`~fairvision.audits.skin.SkinComparison` (seeds vs outputs) or None.
+    """
+
+    name: str
+    generators: list
+    records: pd.DataFrame
+    images: pd.DataFrame
+    pairs: pd.DataFrame
+    words: pd.DataFrame
+    topics: pd.DataFrame
+    model: pd.DataFrame
+    thresholds: pd.DataFrame
+    top_words: pd.DataFrame
+    face_lost: pd.DataFrame
+    distribution: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.words
+
+    def flagged(self, prop: str | None = None) -> pd.DataFrame:
+        """Flagged words (all properties, or one)."""
+        w = self.words[self.words["flagged"]]
+        return w if prop is None else w.xs(prop, level="property", drop_level=False)
+
+    def quantities(self) -> dict[str, float]:
+        """Named numbers for ``--fail-if`` (docs/METHODS.md §10.4).
+
+        ``max_abs_word_<property>``, ``model_<property>``,
+        ``n_flagged_words_<property>`` (over all generators; the same prefixed
+        with ``<generator>.`` per generator), ``n_flagged_words``,
+        ``max_abs_word_skin`` (= ``max_abs_word_skin_L``), ``face_lost_share``,
+        ``n_failed``.
+        """
+        q: dict[str, float] = {}
+
+        def fill(prefix: str, words: pd.DataFrame, model: pd.DataFrame, pairs: pd.DataFrame, records: pd.DataFrame):
+            for prop in PROPERTY_TESTS:
+                w = words[words.index.get_level_values("property") == prop]
+                est = w["estimate"].abs()
+                q[f"{prefix}max_abs_word_{prop}"] = float(est.max()) if est.notna().any() else float("nan")
+                q[f"{prefix}n_flagged_words_{prop}"] = float(w["flagged"].sum())
+                m = model[model.index.get_level_values("property") == prop]["estimate"]
+                q[f"{prefix}model_{prop}"] = float(m.max()) if m.notna().any() else float("nan")
+            q[f"{prefix}max_abs_word_skin"] = q[f"{prefix}max_abs_word_skin_L"]
+            q[f"{prefix}n_flagged_words"] = float(words["flagged"].sum())
+            made = pairs["ok"].astype(bool)
+            q[f"{prefix}face_lost_share"] = float(pairs.loc[made, "face_lost"].mean()) if made.any() else float("nan")
+            q[f"{prefix}n_failed"] = float((~records["ok"].astype(bool)).sum())
+
+        fill("", self.words, self.model, self.pairs, self.records)
+        if len(self.generators) > 1:
+            for g in self.generators:
+                fill(f"{g}.", self.words.xs(g, level="generator", drop_level=False),
+                     self.model.xs(g, level="generator", drop_level=False),
+                     self.pairs[self.pairs["generator"] == g], self.records[self.records["generator"] == g])
+        return q
+
+
+def _threshold_counts(pairs: pd.DataFrame, thresholds: dict) -> pd.DataFrame:
+    rows = []
+    for g, gp in pairs.groupby("generator", sort=False):
+        for prop, ts in thresholds.items():
+            if prop not in gp.columns:
+                continue
+            v = gp[prop].to_numpy(float)
+            v = np.abs(v[np.isfinite(v)])
+            for t in ts:
+                k = int((v >= float(t)).sum())
+                rows.append({"generator": g, "property": prop, "threshold": float(t), "n_pairs": int(v.size),
+                             "n_flagged": k, "share": k / v.size if v.size else float("nan")})
+    cols = ["generator", "property", "threshold", "n_pairs", "n_flagged", "share"]
+    return pd.DataFrame(rows, columns=cols).set_index(["generator", "property", "threshold"])
+
+
+def _top_words(words: pd.DataFrame, top: int) -> pd.DataFrame:
+    rows = []
+    for (g, prop), w in words.groupby(level=["generator", "property"], sort=False):
+        w = w.droplevel(["generator", "property"]).dropna(subset=["estimate"])
+        for direction, part in (("increase", w[w["estimate"] > 0].sort_values("estimate", ascending=False)),
+                                ("decrease", w[w["estimate"] < 0].sort_values("estimate"))):
+            for rank, (word, r) in enumerate(part.head(int(top)).iterrows(), 1):
+                rows.append({"generator": g, "property": prop, "direction": direction, "rank": rank, "word": word,
+                             "topic": r["topic"], "estimate": r["estimate"], "ci_low": r["ci_low"],
+                             "ci_high": r["ci_high"], "pvalue_adjusted": r["pvalue_adjusted"], "flagged": r["flagged"]})
+    cols = ["generator", "property", "direction", "rank", "word", "topic", "estimate", "ci_low", "ci_high",
+            "pvalue_adjusted", "flagged"]
+    return pd.DataFrame(rows, columns=cols).set_index(["generator", "property", "direction", "rank"])
+
+
+def score_pairs(pairs: pd.DataFrame, *, min_effect: dict, alpha: float = 0.05, n_boot: int = 1000,
+                level: float = 0.95, seed=0, correction: str = DEFAULT_CORRECTION,
+                properties=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Word, topic and model scores of every property and generator (docs/METHODS.md §10.2-§10.4).
+
+    A word is ``flagged`` when its corrected p-value is below ``alpha`` and
+    its absolute score reaches ``min_effect[property]``; ``direction`` is
+    ``increase`` / ``decrease`` (sign of the word score).
+    """
+    words, topics, model = [], [], []
+    props = [p for p in (properties or PROPERTY_TESTS) if p in pairs.columns]
+    for g, gp in pairs.groupby("generator", sort=False):
+        for prop in props:
+            if gp[prop].notna().sum() == 0:
+                continue
+            sc = metamorphic_scores(gp, value=prop, word="word", unit="seed_id", topic="topic",
+                                    test=PROPERTY_TESTS[prop], n_boot=n_boot, level=level, seed=seed,
+                                    correction=correction)
+            w = sc.words.copy()
+            w["flagged"] = (w["pvalue_adjusted"] < alpha) & (w["estimate"].abs() >= float(min_effect.get(prop, 0.0)))
+            w["direction"] = np.where(w["estimate"] > 0, "increase", np.where(w["estimate"] < 0, "decrease", "none"))
+            words.append(pd.concat({(g, prop): w}, names=["generator", "property"]))
+            topics.append(pd.concat({(g, prop): sc.topics}, names=["generator", "property"]))
+            model.append(pd.concat({(g, prop): sc.model.reset_index(drop=True)},
+                                   names=["generator", "property"]).droplevel(-1))
+    if not words:
+        raise FairvisionError("no output could be assessed, so there is nothing to score")
+    return pd.concat(words), pd.concat(topics), pd.concat(model)
+
+
+def audit_generative(
+    spec: GenerativeSpec,
+    *,
+    workers: int = 1,
+    engine: str = "local",
+    address: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> GenerativeResult:
+    """Run a generative audit spec end to end (docs/METHODS.md §10).
+
+    Parameters
+    ----------
+    spec : GenerativeSpec
+        From :func:`fairvision.audits.generative.spec.load_spec`.
+    workers, engine, address
+        Parallel per-image work (generation of the built-in editor and folder
+        generators, and assessment); a generator's own ``workers`` key wins
+        for generation (default 1 for ``callable`` and ``http``).
+    progress : callable, optional
+        ``progress(stage, done, total)`` with stage ``generate:<name>`` or ``assess``.
+
+    Returns
+    -------
+    GenerativeResult
+    """
+    base = spec.path.resolve().parent
+    recs = []
+    for cfg in spec.generators:
+        gw = int(cfg.get("workers", workers if cfg["kind"] in ("builtin", "folder") else 1))
+        cb = (lambda d, t, _n=cfg["name"]: progress(f"generate:{_n}", d, t)) if progress else None
+        recs.append(generate(spec.seeds, spec.prompts, cfg, spec.workdir, base=base, workers=gw, engine=engine,
+                             address=address, progress=cb))
+    records = pd.concat(recs, ignore_index=True)
+    a = spec.assessors
+    options = {"skin": bool(a.get("skin", True)), "skin_method": a.get("skin_method", "mean"),
+               "mask_method": a.get("mask_method", "mediapipe"), "identity": bool(a.get("identity", False)),
+               "age_gender": a.get("age_gender", "none") or "none", "base": str(base)}
+    paths = list(spec.seeds["image_path"].astype(str)) + list(records.loc[records["ok"].astype(bool), "output_path"])
+    cb = (lambda d, t: progress("assess", d, t)) if progress else None
+    images = assess_images(paths, options, workers=workers, engine=engine, address=address, progress=cb)
+    pairs = pd.concat([pair_changes(r, spec.seeds, images) for r in recs], ignore_index=True)
+    sc = spec.scores
+    words, topics, model = score_pairs(pairs, min_effect=spec.min_effect, alpha=float(sc["alpha"]),
+                                       n_boot=int(sc["n_boot"]), level=float(sc["level"]), seed=int(sc["seed"]),
+                                       correction=sc["correction"])
+    made = pairs[pairs["ok"].astype(bool)]
+    face_lost = (made.groupby(["generator", "word"], sort=False)["face_lost"].agg(["size", "sum"])
+                 .rename(columns={"size": "n_outputs", "sum": "n_face_lost"}))
+    face_lost["n_face_lost"] = face_lost["n_face_lost"].astype(int)
+    face_lost["share"] = face_lost["n_face_lost"] / face_lost["n_outputs"]
+    distribution: dict[str, SkinComparison | None] = {}
+    notes = []
+    img = images.set_index("image_path")
+    seed_sk = img.reindex(spec.seeds["image_path"].astype(str))
+    seed_sk = seed_sk[seed_sk["skin_ok"].fillna(False).astype(bool)][["L", "hue"]]
+    for g in records["generator"].unique():
+        outs = records.loc[(records["generator"] == g) & records["ok"].astype(bool), "output_path"]
+        out_sk = img.reindex(outs)
+        out_sk = out_sk[out_sk["skin_ok"].fillna(False).astype(bool)][["L", "hue"]]
+        if len(seed_sk) and len(out_sk):
+            distribution[g] = audit_skin_comparison(seed_sk.reset_index(drop=True), out_sk.reset_index(drop=True),
+                                                    names=("seeds", str(g)), level=float(sc["level"]))
+        else:
+            distribution[g] = None
+            notes.append(f"{g}: no measured skin in the seeds or the outputs; no distribution comparison")
+    n_failed = int((~records["ok"].astype(bool)).sum())
+    if n_failed:
+        notes.append(f"{n_failed:,} of {len(records):,} generations failed; their reasons are in the records table")
+    settings = {"alpha": float(sc["alpha"]), "level": float(sc["level"]), "n_boot": int(sc["n_boot"]),
+                "correction": sc["correction"], "min_effect": dict(spec.min_effect),
+                "thresholds": {k: list(v) for k, v in spec.thresholds.items()}, "assessors": options,
+                "n_seeds": int(len(spec.seeds)),
+                "seed_paths": dict(zip(spec.seeds["sample_id"].astype(str), spec.seeds["image_path"].astype(str))), "n_words": int(len(spec.prompts)),
+                "topics": list(dict.fromkeys(spec.prompts["topic"]))}
+    return GenerativeResult(
+        name=spec.name, generators=list(dict.fromkeys(records["generator"])), records=records,
+        images=images.drop(columns=["descriptor"]), pairs=pairs, words=words, topics=topics, model=model,
+        thresholds=_threshold_counts(pairs, spec.thresholds), top_words=_top_words(words, int(sc.get("top", 5))),
+        face_lost=face_lost, distribution=distribution, settings=settings, notes=notes,
+    )

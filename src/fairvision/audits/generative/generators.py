@@ -1,0 +1,432 @@
+"""Image generators behind one interface, and the resumable generation run (docs/METHODS.md §10.1).
+
+Every generator has ``edit(image, prompt, seed, **info) -> image``: ``image`` is
+an ``(H, W, 3)`` uint8 RGB array, ``prompt`` the full prompt, ``seed`` the
+generation seed, and ``info`` carries ``seed_id``, ``word`` and ``topic`` for
+generators that need them (a folder of pre-generated outputs, the built-in
+editor). Kinds:
+
+- ``builtin``: :class:`ColourEditor`, a deterministic colorimetric editor: it
+  shifts the skin's L* and/or rotates its h* inside the skin mask by amounts
+  set per word (``[generator.shifts]``), plus an optional seeded jitter. No model.
+- ``folder``: :class:`FolderGenerator`, outputs made elsewhere, found by a
+  naming convention (default ``<path>/<seed_id>/<word>.png``).
+- ``callable``: :class:`CallableGenerator`, any ``module:function``.
+- ``http``: :class:`HTTPGenerator`, the ``/sdapi/v1/img2img`` JSON API of a
+  locally running AUTOMATIC1111 / Forge web UI (base64 PNG in and out).
+
+:func:`generate` runs a generator over seeds x prompts x generation seeds,
+writes every output as a PNG under the work folder and appends one record per
+output to ``manifest.jsonl`` (seed, prompt, parameters, content hash, or the
+reason it failed). Outputs already recorded with the same parameters are not
+generated again, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import inspect
+import io
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+import zlib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from fairvision.audits.diagnosis.counterfactual import audit_colour_transect
+from fairvision.engine import imap
+from fairvision.errors import FairvisionError
+from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.images import encode_png, read_image
+from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+from fairvision.skin.masks import skin_mask
+
+MANIFEST = "manifest.jsonl"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+RECORD_COLUMNS = ["generator", "seed_id", "topic", "word", "prompt", "seed", "output_path", "ok", "reason",
+                  "sha256", "params_hash", "params", "seconds"]
+
+
+def slug(text: str) -> str:
+    """File-name form of a word: lower case, runs of other characters as ``-`` (``"bus driver"`` -> ``bus-driver``)."""
+    s = re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
+    return s or "x"
+
+
+def as_rgb_uint8(image: Any, where: str = "generator output") -> np.ndarray:
+    """An ``(H, W, 3)`` uint8 array from an array (uint8, or float in [0, 1]) or a PIL image."""
+    if hasattr(image, "convert") and hasattr(image, "size"):  # a PIL image
+        image = np.asarray(image.convert("RGB"))
+    arr = np.asarray(image)
+    if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise FairvisionError(f"{where}: expected an (H, W, 3) RGB image, got shape {arr.shape}")
+    arr = arr[:, :, :3]
+    if arr.dtype == np.uint8:
+        return np.ascontiguousarray(arr)
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.isfinite(arr).all():
+            raise FairvisionError(f"{where}: the image has non-finite values")
+        return np.clip(np.rint(arr * 255.0), 0, 255).astype(np.uint8)
+    raise FairvisionError(f"{where}: unsupported image dtype {arr.dtype}")
+
+
+def params_hash(params: dict) -> str:
+    """Short SHA-256 of a JSON form of generator parameters."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Generator:
+    """Base class: a named image editor with recorded parameters."""
+
+    kind = "base"
+
+    def __init__(self, name: str, params: dict | None = None):
+        self.name = name
+        self.params = dict(params or {})
+
+    def item_params(self, word: str) -> dict:
+        """Parameters that determine the output for ``word`` (recorded and hashed; a change regenerates)."""
+        return {"kind": self.kind, **self.params}
+
+    def edit(self, image: np.ndarray, prompt: str, seed: int, **info) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ColourEditor(Generator):
+    """The built-in colorimetric editor (docs/METHODS.md §10.1).
+
+    Parameters
+    ----------
+    shifts : dict
+        ``word -> {"L": dL, "h": dh}``: requested change of the skin region's
+        mean L* (negative = darker) and rotation of its hue angle (degrees,
+        positive = yellower), applied with
+        :func:`fairvision.audits.diagnosis.counterfactual.audit_colour_transect`
+        inside the automatic skin mask. Words not listed are left unchanged.
+    noise_L, noise_h : float
+        Standard deviation of a jitter added to every output's L* / h* shift,
+        drawn from a generator seeded by (seed, seed id, word), so reruns are
+        identical: a stand-in for a real model's variation.
+    mask_method : str
+        Skin mask used to find the pixels to change.
+    """
+
+    kind = "builtin"
+
+    def __init__(self, name: str = "builtin", *, shifts: dict | None = None, noise_L: float = 0.0, noise_h: float = 0.0,
+                 mask_method: str = "mediapipe"):
+        shifts = dict(shifts or {})
+        for w, s in shifts.items():
+            if not isinstance(s, dict) or not set(s) <= {"L", "h"}:
+                raise FairvisionError(f"builtin editor: shift of {w!r} must be a table like {{ L = -5.0, h = 3.0 }}")
+        super().__init__(name, {"noise_L": float(noise_L), "noise_h": float(noise_h), "mask_method": mask_method})
+        self.shifts = {w: {k: float(v) for k, v in s.items()} for w, s in shifts.items()}
+
+    def item_params(self, word: str) -> dict:
+        return {**super().item_params(word), "shift": self.shifts.get(word, {})}
+
+    def edit(self, image, prompt, seed, *, word: str | None = None, seed_id: str = "", **info) -> np.ndarray:
+        img = as_rgb_uint8(image, "seed image")
+        shift = self.shifts.get(word or "", {})
+        d_l, d_h = shift.get("L", 0.0), shift.get("h", 0.0)
+        nl, nh = self.params["noise_L"], self.params["noise_h"]
+        if nl or nh:
+            rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(str(seed_id).encode()),
+                                         zlib.crc32(str(word).encode())])
+            jl, jh = rng.normal(size=2)
+            d_l, d_h = d_l + nl * jl, d_h + nh * jh
+        if d_l == 0 and d_h == 0:
+            return img.copy()
+        res = skin_mask(img, method=self.params["mask_method"])
+        if res.mask is None:
+            raise FairvisionError(f"no skin mask to edit ({res.reason or 'no face'})")
+        out = img
+        if d_l:
+            out = audit_colour_transect(out, res.mask, axis="L", delta=d_l).image
+        if d_h:
+            out = audit_colour_transect(out, res.mask, axis="h", delta=d_h).image
+        return out
+
+
+class FolderGenerator(Generator):
+    """Outputs generated elsewhere, found by a naming convention.
+
+    ``pattern`` (default ``"{seed_id}/{word}"``) is formatted with
+    ``seed_id``, ``word`` (as :func:`slug`: ``bus driver`` -> ``bus-driver``),
+    ``topic`` and ``seed``, relative to ``path``; with no suffix in the pattern
+    ``.png``, ``.jpg``, ``.jpeg`` and ``.webp`` are tried in that order. With
+    several generation seeds use a pattern such as ``"{seed_id}/{word}__s{seed}"``.
+    """
+
+    kind = "folder"
+
+    def __init__(self, name: str = "folder", *, path: str | Path, pattern: str = "{seed_id}/{word}"):
+        super().__init__(name, {"path": str(path), "pattern": pattern})
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise FairvisionError(f"folder generator: {self.path}: no such folder")
+
+    def locate(self, seed_id: str, word: str, topic: str, seed: int) -> Path:
+        rel = self.params["pattern"].format(seed_id=seed_id, word=slug(word), topic=slug(topic), seed=seed)
+        base = self.path / rel
+        if base.suffix.lower() in IMAGE_SUFFIXES:
+            return base
+        for suf in IMAGE_SUFFIXES:
+            p = base.with_name(base.name + suf)
+            if p.is_file():
+                return p
+        return base.with_name(base.name + ".png")
+
+    def edit(self, image, prompt, seed, *, seed_id: str = "", word: str = "", topic: str = "", **info):
+        p = self.locate(seed_id, word, topic, seed)
+        if not p.is_file():
+            raise FairvisionError(f"no pre-generated output {p}")
+        return read_image(p)
+
+
+class CallableGenerator(Generator):
+    """Any Python function ``edit(image, prompt, seed)`` named as ``module:function``.
+
+    The function gets ``seed_id``, ``word`` and ``topic`` as keyword arguments
+    too when it accepts them (or ``**kwargs``). It returns an RGB array (uint8,
+    or float in [0, 1]) or a PIL image.
+    """
+
+    kind = "callable"
+
+    def __init__(self, name: str = "callable", *, target: str | Callable, options: dict | None = None):
+        label = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+        super().__init__(name, {"target": label, "options": dict(options or {})})
+        self.fn = load_callable(target) if isinstance(target, str) else target
+        try:
+            sig = inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):
+            sig = {}
+        self._var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+        self._names = set(sig)
+
+    def edit(self, image, prompt, seed, **info):
+        extra = {k: v for k, v in {**info, **self.params["options"]}.items() if self._var_kw or k in self._names}
+        return self.fn(image, prompt, seed, **extra)
+
+
+def load_callable(target: str) -> Callable:
+    """``"package.module:function"`` -> the function (a :class:`FairvisionError` naming what is missing)."""
+    if not isinstance(target, str) or ":" not in target:
+        raise FairvisionError(f"callable {target!r}: expected 'module:function'")
+    mod_name, _, attr = target.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise FairvisionError(f"callable {target!r}: cannot import {mod_name!r} ({exc})") from None
+    fn = mod
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise FairvisionError(f"callable {target!r}: {mod_name!r} has no {attr!r}")
+    if not callable(fn):
+        raise FairvisionError(f"callable {target!r} is not callable")
+    return fn
+
+
+class HTTPGenerator(Generator):
+    """The image-to-image JSON API of a local Stable Diffusion web UI (AUTOMATIC1111, Forge).
+
+    Each edit is one ``POST {url}/sdapi/v1/img2img`` with ``init_images``
+    (the seed as base64 PNG), ``prompt``, ``seed`` and the spec's ``params``
+    (e.g. ``denoising_strength``, ``steps``, ``cfg_scale``, ``negative_prompt``);
+    the first of the returned base64 ``images`` is the output.
+    """
+
+    kind = "http"
+    ENDPOINT = "/sdapi/v1/img2img"
+
+    def __init__(self, name: str = "http", *, url: str = "http://127.0.0.1:7860", params: dict | None = None,
+                 timeout: float = 600.0):
+        super().__init__(name, {"url": url.rstrip("/"), "params": dict(params or {}), "timeout": float(timeout)})
+
+    def edit(self, image, prompt, seed, **info):
+        payload = {**self.params["params"], "init_images": [base64.b64encode(encode_png(as_rgb_uint8(image))).decode()],
+                   "prompt": prompt, "seed": int(seed)}
+        req = urllib.request.Request(self.params["url"] + self.ENDPOINT, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.params["timeout"]) as resp:
+                body = json.loads(resp.read().decode())
+        except urllib.error.HTTPError as exc:
+            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: HTTP {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: {getattr(exc, 'reason', exc)}") from None
+        except json.JSONDecodeError:
+            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: the answer is not JSON") from None
+        images = body.get("images") if isinstance(body, dict) else None
+        if not images:
+            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: the answer has no images")
+        data = images[0].split(",", 1)[1] if images[0].startswith("data:") else images[0]
+        return decode_image(base64.b64decode(data))
+
+
+def decode_image(data: bytes) -> np.ndarray:
+    """RGB uint8 array of encoded image bytes (PNG, JPEG, WebP)."""
+    from PIL import Image  # lazy: only the HTTP adapter decodes bytes
+
+    with Image.open(io.BytesIO(data)) as im:
+        return np.ascontiguousarray(np.asarray(im.convert("RGB"), dtype=np.uint8))
+
+
+def make_generator(config: dict, base: Path | None = None) -> Generator:
+    """A generator from its spec table (``kind`` and the kind's keys)."""
+    cfg = dict(config)
+    kind = cfg.pop("kind", "builtin")
+    name = cfg.pop("name", kind)
+    cfg.pop("seeds", None)
+    cfg.pop("workers", None)
+    try:
+        if kind == "builtin":
+            return ColourEditor(name, **cfg)
+        if kind == "folder":
+            p = Path(cfg.pop("path", ""))
+            if base is not None and not p.is_absolute():
+                p = base / p
+            return FolderGenerator(name, path=p, **cfg)
+        if kind == "callable":
+            return CallableGenerator(name, **cfg)
+        if kind == "http":
+            return HTTPGenerator(name, **cfg)
+    except TypeError as exc:  # unknown or missing keys of a kind
+        raise FairvisionError(f"generator {name!r} ({kind}): {exc}") from None
+    raise FairvisionError(f"unknown generator kind {kind!r}")
+
+
+# ---------------------------------------------------------------------------
+# the generation run
+
+_WORKER: dict = {}
+
+
+def _init_worker(config: dict, base: str | None) -> None:
+    _WORKER["gen"] = make_generator(config, Path(base) if base else None)
+
+
+def _generate_one(item: dict) -> dict:
+    gen = _WORKER["gen"]
+    rec = {k: item[k] for k in ("seed_id", "topic", "word", "prompt", "seed", "output_path", "params_hash", "params")}
+    rec["generator"] = gen.name
+    t0 = time.perf_counter()
+    try:
+        img = read_image(item["image_path"])
+        out = as_rgb_uint8(gen.edit(img, item["prompt"], item["seed"], seed_id=item["seed_id"], word=item["word"],
+                                    topic=item["topic"]))
+        data = encode_png(out)
+        atomic_write_bytes(Path(item["root"]) / item["output_path"], data)
+        rec.update(ok=True, reason="", sha256=hashlib.sha256(data).hexdigest())
+    except Exception as exc:  # a generator failing for one prompt is a recorded outcome, the run goes on
+        rec.update(ok=False, reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}", sha256="")
+    rec["seconds"] = round(time.perf_counter() - t0, 4)
+    return rec
+
+
+def read_manifest(path: Path) -> pd.DataFrame:
+    """The records of a manifest; the last record of each (seed_id, word, seed) wins."""
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by an interrupted write: that output is redone
+                continue
+    df = pd.DataFrame(rows, columns=RECORD_COLUMNS)
+    if not df.empty:
+        df = df.drop_duplicates(["seed_id", "word", "seed"], keep="last").reset_index(drop=True)
+    return df
+
+
+def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: str | Path, *,
+             base: Path | None = None, workers: int = 1, engine: str = "local", address: str | None = None,
+             progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Generate every (seed, prompt, generation seed) output not made yet; return all their records.
+
+    Parameters
+    ----------
+    seeds : DataFrame
+        ``sample_id`` and ``image_path`` of the seed photos.
+    prompts : DataFrame
+        ``topic``, ``word``, ``prompt``.
+    config : dict
+        The generator's spec table (``kind``, ``name``, ``seeds`` ...).
+    workdir : path
+        Outputs go to ``workdir/<generator>/<seed_id>/<word>__s<seed>.png`` and
+        records to ``workdir/<generator>/manifest.jsonl``.
+    workers : int
+        Parallel workers (each builds its own generator); use 1 for a model
+        that holds a GPU or a web UI that serves one request at a time.
+    progress : callable, optional
+        ``progress(done, total)`` after each output.
+
+    Returns
+    -------
+    DataFrame
+        One record per requested output (:data:`RECORD_COLUMNS` plus
+        ``generated``: False when it was already there): ``ok``, ``reason``
+        (why it failed), ``sha256`` of the PNG, ``params`` (JSON) and
+        ``params_hash``.
+    """
+    gen = make_generator(config, base)  # validates the config here, before any work
+    root = Path(workdir) / slug(gen.name)
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = root / MANIFEST
+    done = read_manifest(manifest)
+    done_ok = {}
+    if not done.empty:
+        for r in done.itertuples(index=False):
+            if r.ok and (root / r.output_path).is_file():
+                done_ok[(r.seed_id, r.word, int(r.seed))] = r
+    todo, kept = [], []
+    for s in seeds[[SAMPLE_ID, IMAGE_PATH]].itertuples(index=False):
+        for p in prompts.itertuples(index=False):
+            ip = gen.item_params(p.word)
+            h = params_hash(ip)
+            for g_seed in config.get("seeds", [0]):
+                key = (str(s.sample_id), p.word, int(g_seed))
+                prev = done_ok.get(key)
+                if prev is not None and prev.params_hash == h:
+                    kept.append({**prev._asdict(), "topic": p.topic, "prompt": p.prompt, "generated": False})
+                    continue
+                todo.append({"seed_id": str(s.sample_id), "image_path": str(s.image_path), "topic": p.topic,
+                             "word": p.word, "prompt": p.prompt, "seed": int(g_seed), "params_hash": h,
+                             "params": json.dumps(ip, sort_keys=True, default=str), "root": str(root),
+                             "output_path": f"{slug(s.sample_id)}/{slug(p.word)}__s{int(g_seed)}.png"})
+    total = len(todo) + len(kept)
+    new = []
+    if todo:
+        outcomes = imap(_generate_one, todo, workers=max(1, int(workers)), engine=engine, address=address,
+                        initializer=_init_worker, initargs=(config, str(base) if base else None), ordered=False)
+        with open(manifest, "a", encoding="utf-8") as fh:
+            for oc in outcomes:
+                if oc.ok:
+                    rec = oc.value
+                else:  # the worker itself failed (not the generator): still a row with the reason
+                    it = todo[oc.index]
+                    rec = {k: it[k] for k in ("seed_id", "topic", "word", "prompt", "seed", "output_path",
+                                              "params_hash", "params")}
+                    rec.update(generator=gen.name, ok=False, reason=str(oc.failure), sha256="", seconds=0.0)
+                fh.write(json.dumps(rec, default=str) + "\n")
+                fh.flush()
+                new.append({**rec, "generated": True})
+                if progress is not None:
+                    progress(len(kept) + len(new), total)
+    out = pd.DataFrame(kept + new, columns=RECORD_COLUMNS + ["generated"])
+    out["generator"] = gen.name
+    out["output_path"] = [str(root / p) for p in out["output_path"]]
+    return out

@@ -1,0 +1,311 @@
+"""The study table of a bias-transfer study (docs/METHODS.md §11.2, §11.3).
+
+For every training subset of a :class:`~fairvision.audits.transfer.design.SubsetDesign`
+whose model's predictions on the common test set are given: the dataset
+metrics of the subset (NSD, NMI) beside the model's accuracy, its overall
+disparity OD by every attribute and its ID per class, each with a percentile
+CI from one cluster bootstrap over the test subjects
+(:func:`fairvision.stats.multiclass.disparity_replicates`); and every pair of
+subsets compared on OD with the same resamples (a paired bootstrap,
+:func:`fairvision.stats.paired.paired_difference_test`), the p-values adjusted
+across the pairs of each attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from fairvision.audits.transfer.design import SubsetDesign
+from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.groups import memberships, subject_codes
+from fairvision.io.scores import class_labels
+from fairvision.io.tables import SAMPLE_ID, read_table
+from fairvision.stats.corrections import DEFAULT_CORRECTION, METHODS as CORRECTIONS, adjust_pvalues
+from fairvision.stats.multiclass import disparity_replicates
+from fairvision.stats.paired import paired_difference_test
+from fairvision.stats.resample import DEFAULT_LEVEL, cluster_bootstrap_weights, percentile_ci
+
+PRED_COL = "prediction"
+_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".json", ".jsonl")
+
+
+@dataclass
+class TransferStudyResult:
+    """Everything :func:`audit_transfer` found. Tables are tidy DataFrames.
+
+    Attributes
+    ----------
+    design : SubsetDesign
+        The subsets and their dataset metrics (``design.summary``: Table 1).
+    subsets : list of str
+        Subsets with predictions, in catalog order.
+    accuracy : DataFrame
+        Indexed by subset: ``estimate``, ``ci_low``, ``ci_high``, ``level``.
+    od : DataFrame
+        Long: ``subset``, ``attribute``, ``estimate``, ``ci_low``, ``ci_high``, ``level``.
+    ids : DataFrame
+        Long: ``subset``, ``attribute``, ``class``, ``estimate``, ``ci_low``, ``ci_high``.
+    comparisons : DataFrame
+        Every pair of subsets per attribute: ``attribute``, ``a``, ``b``,
+        ``od_a``, ``od_b``, ``estimate`` (``od_a - od_b``), ``ci_low``,
+        ``ci_high``, ``statistic``, ``pvalue``, ``pvalue_adjusted``,
+        ``significant``.
+    flagged : DataFrame
+        Per attribute, a subset whose OD is significantly higher than every
+        other subset's: ``attribute``, ``subset``, ``od``, and the smallest of
+        its differences with its CI and the largest adjusted p-value.
+    test_groups : DataFrame
+        Test subjects per attribute group, and whether the group entered OD.
+    """
+
+    design: SubsetDesign
+    subsets: list[str]
+    level: float
+    n_boot: int
+    correction: str
+    alpha: float
+    min_subjects: int
+    n_test: int
+    n_test_subjects: int
+    accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    od: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ids: pd.DataFrame = field(default_factory=pd.DataFrame)
+    comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
+    flagged: pd.DataFrame = field(default_factory=pd.DataFrame)
+    test_groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    untrained: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def attributes(self) -> list[str]:
+        return list(self.design.attributes)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The study table: one row per subset with its dataset metrics beside the model's accuracy and OD
+        (with CIs), in the layout of the paper's Tables 1 and 2."""
+        cat = self.design.summary.set_index("subset")
+        rows = []
+        for s in self.subsets:
+            c = cat.loc[s]
+            row = {"subset": s, "family": c["family"], "attribute": c["attribute"], "group": c["group"],
+                   "size": int(c["size"])}
+            for a in self.attributes:
+                row[f"nsd.{a}"] = c[f"nsd.{a}"]
+                row[f"nmi.{a}"] = c[f"nmi.{a}"]
+            acc = self.accuracy.loc[s]
+            row.update({"accuracy": acc["estimate"], "accuracy.ci_low": acc["ci_low"], "accuracy.ci_high": acc["ci_high"]})
+            for a in self.attributes:
+                o = self.od[(self.od["subset"] == s) & (self.od["attribute"] == a)]
+                if len(o):
+                    row.update({f"od.{a}": o["estimate"].iloc[0], f"od.{a}.ci_low": o["ci_low"].iloc[0],
+                                f"od.{a}.ci_high": o["ci_high"].iloc[0]})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def quantities(self) -> dict[str, float]:
+        """Named numbers for ``--fail-if``: ``od.<subset>.<attribute>``, ``accuracy.<subset>``,
+        ``max_od.<attribute>``, ``max_od``, ``n_significant_pairs`` and ``n_flagged``."""
+        q: dict[str, float] = {}
+        for _, r in self.od.iterrows():
+            q[f"od.{r['subset']}.{r['attribute']}"] = float(r["estimate"])
+        for s, r in self.accuracy.iterrows():
+            q[f"accuracy.{s}"] = float(r["estimate"])
+        for a in self.attributes:
+            v = self.od.loc[self.od["attribute"] == a, "estimate"]
+            q[f"max_od.{a}"] = float(v.max()) if len(v) else float("nan")
+        q["max_od"] = float(self.od["estimate"].max()) if len(self.od) else float("nan")
+        q["n_significant_pairs"] = float(self.comparisons["significant"].sum()) if len(self.comparisons) else 0.0
+        q["n_flagged"] = float(len(self.flagged))
+        return q
+
+
+def read_predictions(folder: str | Path, design: SubsetDesign, *, pred_col: str = PRED_COL) -> dict[str, pd.DataFrame]:
+    """The prediction tables in ``folder``: one file per subset, named after it (``<subset>.csv``, ...),
+    with ``sample_id`` and ``pred_col``. A file named after no subset is an error."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputFileError(f"{folder}: no such folder (give a folder with one prediction table per subset)")
+    known = set(design.subsets)
+    out: dict[str, pd.DataFrame] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith(".") or not p.is_file() or p.suffix.lower() not in _SUFFIXES:
+            continue
+        if p.stem not in known:
+            raise InputFileError(f"{p}: no subset named {p.stem!r} in the design (known: {', '.join(sorted(known))})")
+        if p.stem in out:
+            raise InputFileError(f"{p}: a second prediction table for subset {p.stem!r}")
+        out[p.stem] = read_table(p)
+    if not out:
+        raise InputFileError(f"{folder}: no prediction tables (<subset>.csv with sample_id and {pred_col})")
+    return out
+
+
+def _align(pred: pd.DataFrame, test_ids: pd.Series, pred_col: str, source: str) -> np.ndarray:
+    if pred_col not in pred.columns:
+        raise ColumnError(f"{source}: no prediction column {pred_col!r}; columns are {', '.join(map(str, pred.columns))}")
+    if SAMPLE_ID not in pred.columns:
+        raise ColumnError(f"{source}: no sample_id column")
+    ids = pred[SAMPLE_ID].astype(str)
+    empty = pred[pred_col].isna().to_numpy()
+    if empty.any():
+        row = int(np.flatnonzero(empty)[0])
+        raise ColumnError(f"{source}: row {row + 1}: empty {pred_col!r}")
+    lookup = pd.Series(class_labels(pred[pred_col]), index=ids.to_numpy())
+    missing = ~test_ids.isin(lookup.index).to_numpy()
+    if missing.any():
+        raise ColumnError(f"{source}: no prediction for test sample {test_ids.iloc[int(np.flatnonzero(missing)[0])]!r} "
+                          f"({int(missing.sum())} of {len(test_ids)} test samples missing)")
+    return lookup.loc[test_ids.to_numpy()].to_numpy(dtype=object)
+
+
+def audit_transfer(
+    design: SubsetDesign,
+    predictions: Mapping[str, pd.DataFrame],
+    *,
+    pred_col: str = PRED_COL,
+    min_subjects: int = 1,
+    n_boot: int = 1000,
+    level: float = DEFAULT_LEVEL,
+    seed: np.random.Generator | int | None = 0,
+    correction: str = DEFAULT_CORRECTION,
+    alpha: float = 0.05,
+) -> TransferStudyResult:
+    """Set every subset's dataset bias beside its model's bias on the common test set (docs/METHODS.md §11.2, §11.3).
+
+    Parameters
+    ----------
+    design : SubsetDesign
+        From :func:`~fairvision.audits.transfer.design.design_subsets` or
+        :func:`~fairvision.audits.transfer.design.read_design`.
+    predictions : mapping of str to DataFrame
+        Subset name -> the predictions of the model trained on it for every
+        test sample (``sample_id`` and ``pred_col``).
+    pred_col : str
+        Column of the predicted class.
+    min_subjects : int
+        Test groups with fewer subjects are left out of OD (and listed).
+    n_boot, level, seed
+        Bootstrap replicates over the test subjects, two-sided level, randomness.
+    correction : {"holm", "bonferroni", "bh", "none"}
+        Correction across the pairs of subsets, per attribute.
+    alpha : float
+        Level of the adjusted p-values for ``significant``.
+
+    Returns
+    -------
+    TransferStudyResult
+    """
+    if correction not in CORRECTIONS:
+        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    if not 0 < alpha < 1:
+        raise FairvisionError("--alpha must be between 0 and 1")
+    if n_boot < 1:
+        raise FairvisionError("the study needs bootstrap replicates (--n-boot at least 1)")
+    unknown = [s for s in predictions if s not in design.subsets]
+    if unknown:
+        raise FairvisionError(f"predictions for {unknown[0]!r}, which is not a subset of the design")
+    names = [s for s in design.catalog["subset"] if s in predictions]
+    untrained = [s for s in design.catalog["subset"] if s not in predictions]
+    test = design.test.reset_index(drop=True)
+    test.attrs["source"] = "test set"
+    if len(test) == 0:
+        raise FairvisionError("the design has no test set (it was made with --test-fraction 0)")
+    label = design.label
+    y_true = class_labels(test[design.schema[label].source]) if label in design.schema else class_labels(test[label])
+    test_ids = test[SAMPLE_ID].astype(str)
+    preds = {s: _align(predictions[s], test_ids, pred_col, str(predictions[s].attrs.get("source", s))) for s in names}
+    subj = subject_codes(test, design.subject_col if design.subject_col in test.columns else None, source="test set",
+                         rows_as_subjects=True)
+    S = int(subj.max()) + 1
+    weights = cluster_bootstrap_weights(S, n_boot, seed)
+    one = np.ones((1, S))
+    notes: list[str] = []
+
+    acc_rows, od_rows, id_rows, cmp_rows, flag_rows, tg_rows = [], [], [], [], [], []
+    for s in names:
+        ok = np.ones(len(test), bool)
+        est = disparity_replicates(y_true, preds[s], np.zeros(len(test)), subj, one)["accuracy"][0]
+        reps = disparity_replicates(y_true, preds[s], np.zeros(len(test)), subj, weights)["accuracy"]
+        lo, hi = percentile_ci(reps, level)
+        acc_rows.append({"subset": s, "estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "level": level,
+                         "n_samples": int(ok.sum())})
+    ms = memberships(test, design.attributes, design.schema, source="test set")
+    for a, m in zip(design.attributes, ms):
+        labels = np.asarray(m.categories, dtype=object)
+        rows, codes = m.rows, m.codes
+        n_subj = np.array([len(np.unique(subj[rows[codes == g]])) for g in range(len(labels))])
+        big = n_subj >= min_subjects
+        for g, lab in enumerate(labels):
+            tg_rows.append({"attribute": a, "group": str(lab), "n_subjects": int(n_subj[g]), "in_od": bool(big[g] and n_subj[g] > 0)})
+        use = big[codes] & (n_subj[codes] > 0)
+        rows, codes = rows[use], codes[use]
+        if len(np.unique(codes)) < 2:
+            notes.append(f"{a}: fewer than two test groups with at least {min_subjects} subjects; no OD by {a}")
+            continue
+        small = [str(labels[g]) for g in range(len(labels)) if not big[g] and n_subj[g] > 0]
+        if small:
+            notes.append(f"{a}: test groups with fewer than {min_subjects} subjects left out of OD: {', '.join(small)}")
+        grp = labels[codes]
+        est, reps = {}, {}
+        for s in names:
+            e = disparity_replicates(y_true[rows], preds[s][rows], grp, subj[rows], one)
+            r = disparity_replicates(y_true[rows], preds[s][rows], grp, subj[rows], weights, classes=e["classes"])
+            est[s], reps[s] = float(e["od"][0]), r["od"]
+            lo, hi = percentile_ci(r["od"], level)
+            od_rows.append({"subset": s, "attribute": a, "estimate": est[s], "ci_low": float(lo), "ci_high": float(hi),
+                            "level": level, "n_groups": int(len(np.unique(codes)))})
+            ilo, ihi = percentile_ci(r["id"], level)
+            for k, c in enumerate(e["classes"]):
+                id_rows.append({"subset": s, "attribute": a, "class": str(c), "estimate": float(e["id"][0, k]),
+                                "ci_low": float(ilo[k]), "ci_high": float(ihi[k]), "level": level})
+        part = []
+        for x, y in [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]:  # pairs of subsets
+            t = paired_difference_test(est[x], est[y], reps[x], reps[y], level=level)
+            part.append({"attribute": a, "a": x, "b": y, "od_a": est[x], "od_b": est[y], "estimate": t.estimate,
+                         "ci_low": t.ci_low, "ci_high": t.ci_high, "level": level, "statistic": t.statistic,
+                         "pvalue": t.pvalue})
+        if part:
+            pdf = pd.DataFrame(part)
+            pdf["pvalue_adjusted"] = adjust_pvalues(pdf["pvalue"].to_numpy(dtype=float), correction)
+            pdf["significant"] = (pdf["pvalue_adjusted"] < alpha).to_numpy()
+            cmp_rows.append(pdf)
+            flag = _flag_highest(pdf, names)
+            if flag is not None:
+                flag_rows.append({"attribute": a, **flag})
+
+    comparisons = pd.concat(cmp_rows, ignore_index=True) if cmp_rows else pd.DataFrame(
+        columns=["attribute", "a", "b", "od_a", "od_b", "estimate", "ci_low", "ci_high", "level", "statistic", "pvalue",
+                 "pvalue_adjusted", "significant"])
+    if untrained:
+        notes.append(f"no predictions for {len(untrained)} subsets (left out of the study table): {', '.join(untrained)}")
+    return TransferStudyResult(
+        design=design, subsets=names, level=level, n_boot=n_boot, correction=correction, alpha=alpha,
+        min_subjects=min_subjects, n_test=len(test), n_test_subjects=S,
+        accuracy=pd.DataFrame(acc_rows).set_index("subset"), od=pd.DataFrame(od_rows), ids=pd.DataFrame(id_rows),
+        comparisons=comparisons, flagged=pd.DataFrame(flag_rows), test_groups=pd.DataFrame(tg_rows),
+        untrained=untrained, notes=notes,
+    )
+
+
+def _flag_highest(pairs: pd.DataFrame, names: list[str]) -> dict | None:
+    """The subset whose OD exceeds every other subset's significantly (docs/METHODS.md §11.3), or None."""
+    if len(names) < 2:
+        return None
+    for s in names:
+        d = []
+        for _, r in pairs.iterrows():
+            if r["a"] == s:
+                d.append((r["estimate"], r["ci_low"], r["ci_high"], r["pvalue_adjusted"], r["significant"], r["b"], r["od_a"]))
+            elif r["b"] == s:
+                d.append((-r["estimate"], -r["ci_high"], -r["ci_low"], r["pvalue_adjusted"], r["significant"], r["a"], r["od_b"]))
+        if d and all(sig and est > 0 and lo > 0 for est, lo, _, _, sig, _, _ in d):
+            closest = min(d, key=lambda t: t[0])
+            return {"subset": s, "od": closest[6], "closest": closest[5], "difference": closest[0],
+                    "ci_low": closest[1], "ci_high": closest[2], "pvalue_adjusted": max(t[3] for t in d)}
+    return None

@@ -1,0 +1,124 @@
+"""``fairvision audit generative``: BiasPainter metamorphic test of an image generator.
+
+``fairvision audit generative init DIR`` writes a commented starter spec that runs as is;
+``fairvision audit generative SPEC -o OUT`` (or ``... run SPEC``) generates, assesses, scores and
+writes the report. The audit, report and pandas imports stay inside the commands (they add about a
+second to ``fairvision --help``, measured for the other command modules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import typer
+import typer.core
+
+from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, console, done, exit_if_gates_failed
+from fairvision.errors import FairvisionError
+
+
+class _DefaultRunGroup(typer.core.TyperGroup):
+    """A group whose first argument, when it is not a subcommand, is the spec of ``run``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+generative_app = typer.Typer(
+    cls=_DefaultRunGroup,
+    help="Audit an image generator with neutral prompts (BiasPainter): does 'a photo of a person who is a "
+         "nurse' change the person's skin colour, age or gender? 'init DIR' writes a starter spec; "
+         "'SPEC -o OUT' runs it.",
+    no_args_is_help=True,
+)
+
+
+@contextlib.contextmanager
+def _bars(show: bool) -> Iterator:
+    """``advance(stage, done, total)`` backed by rich progress bars on stderr; silent off a terminal."""
+    con = console()
+    if not (show and con.is_terminal):
+        yield None
+        return
+    # lazy: rich.progress adds ~60 ms to every fairvision start-up (measured for cli/retrieval.py)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    tasks: dict = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=con, transient=True) as bar:
+        def advance(stage: str, n_done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=n_done, total=total)
+
+        yield advance
+
+
+def init_cmd(
+    folder: Path = typer.Argument(..., metavar="DIR", help="Folder to write spec.toml into (created if needed)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing spec.toml."),
+):
+    """Write a commented starter spec (bundled CC0 portraits as seeds, the built-in editor, default
+    assessors) that runs as is: fairvision audit generative DIR/spec.toml -o OUT."""
+    from fairvision.audits.generative.spec import starter_spec  # lazy: see the module docstring
+    from fairvision.io.atomic import atomic_write_text
+
+    if folder.exists() and not folder.is_dir():
+        raise FairvisionError(f"{folder}: exists and is not a folder")
+    spec = folder / "spec.toml"
+    if spec.exists() and not force:
+        raise FairvisionError(f"{spec}: exists; pass --force to overwrite it")
+    check_outdir(folder)
+    atomic_write_text(spec, starter_spec(str(spec)))
+    typer.echo(f"spec: {spec.resolve()}")
+    typer.echo(f"run:  fairvision audit generative {spec} -o {folder / 'report'}")
+
+
+def run_cmd(
+    spec_path: Path = typer.Argument(..., metavar="SPEC", help="The experiment spec (TOML; see 'init')."),
+    output: Path = typer.Option(Path("generative-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for the built-in editor, folder outputs and the assessment (a callable or HTTP generator runs one at a time unless its spec sets workers)."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_abs_word_skin>10', 'n_flagged_words>0', 'model_age>3', 'face_lost_share>0.05'. Repeat: any one failing fails."),
+    show_images: bool = typer.Option(False, "--show-images", help="Embed before/after thumbnails of flagged words (face images: off by default)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr (only on a terminal)."),
+):
+    """Run a generative audit: every generator edits every seed with every neutral prompt (outputs that
+    exist are kept), seeds and outputs are assessed (skin colour, age, gender, identity, lost faces),
+    and word, topic and model scores with bootstrap CIs and corrected paired tests are reported."""
+    from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition  # lazy: see the docstring
+    from fairvision.audits.generative import audit_generative, load_spec
+    from fairvision.engine import check_engine
+    from fairvision.report import Report
+    from fairvision.report.sections.generative import generative_sections
+
+    conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
+    check_outdir(output)
+    check_engine(engine, address)
+    spec = load_spec(spec_path)
+    with _bars(progress) as advance:
+        result = audit_generative(spec, workers=workers, engine=engine, address=address, progress=advance)
+    gates = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    report = Report(title=f"Generative audit: {spec.name}", subtitle="fairvision generative model audit (BiasPainter)",
+                    meta={"spec": str(spec_path), "generators": ", ".join(result.generators),
+                          "seeds": len(spec.seeds), "prompt words": len(spec.prompts),
+                          **(gate_meta(gates) if gates else {})})
+    for sec in generative_sections(result, show_images=show_images):
+        report.add(sec)
+    paths = report.write(output)
+    n_flag = int(result.words["flagged"].sum())
+    n_fail = int((~result.records["ok"].astype(bool)).sum())
+    done(paths, f"{len(result.records):,} outputs ({int(result.records['generated'].sum()):,} generated now, "
+                f"{n_fail:,} failed); {n_flag:,} flagged word-property pairs")
+    exit_if_gates_failed(gates)
+
+
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    generative_app.command("init")(init_cmd)
+    generative_app.command("run")(run_cmd)
+    audit_app.add_typer(generative_app, name="generative")

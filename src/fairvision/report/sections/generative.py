@@ -1,0 +1,151 @@
+"""Report sections of the generative audit (BiasPainter; docs/METHODS.md §10).
+
+:func:`generative_sections` returns one section per generator with word-score
+bars and CIs per topic and property, the topic x property heat map, flagged and
+top words, threshold counts, lost faces and failures, and one skin colour
+distribution section (outputs against seeds, Thong Table 2) per generator.
+Before/after thumbnails only with ``show_images``.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fairvision.audits.generative.audit import PROPERTY_UNITS, GenerativeResult  # noqa: E402
+from fairvision.io.images import downscale, encode_png, read_image  # noqa: E402
+from fairvision.report import Section  # noqa: E402
+from fairvision.report.findings import ci_text, count_of, num, p_text  # noqa: E402
+from fairvision.report.formatting import slug  # noqa: E402
+from fairvision.report.plots import forest, heatmap  # noqa: E402
+from fairvision.report.sections.skin import skin_section  # noqa: E402
+
+__all__ = ["generative_sections"]
+
+#: properties drawn as word-score bars (the others are in the tables)
+PLOTTED = ("skin_L", "skin_gray", "age", "gender")
+THUMBNAILS = 6
+
+
+def _severity(r: pd.Series, min_effect: float) -> str:
+    return "high" if abs(r["estimate"]) >= 2 * min_effect else "medium"
+
+
+def _thumbnails(sec: Section, res: GenerativeResult, g: str) -> None:
+    w = res.words.xs(g, level="generator")
+    flagged = w[w["flagged"]].sort_values("pvalue_adjusted").index.get_level_values("word").unique()[:THUMBNAILS]
+    pairs = res.pairs[(res.pairs["generator"] == g) & res.pairs["ok"].astype(bool)]
+    shown = 0
+    for word in flagged:
+        row = pairs[pairs["word"] == word].head(1)
+        if row.empty:
+            continue
+        r = row.iloc[0]
+        seed_img = read_image(res.settings["seed_paths"][r["seed_id"]])
+        out_img = read_image(r["output_path"])
+        if seed_img.shape != out_img.shape:
+            continue
+        both = np.concatenate([downscale(seed_img, 160), downscale(out_img, 160)], axis=1)
+        sec.image(f"pair-{slug(word)}", encode_png(both), f"{r['seed_id']}: seed (left) and '{r['prompt']}' (right)")
+        shown += 1
+    if not shown:
+        sec.note("No flagged word to show before/after images for.")
+
+
+def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Section:
+    s = res.settings
+    multi = len(res.generators) > 1
+    sec = Section(id=f"generative-{slug(g)}" if multi else "generative",
+                  title=f"Generative model: {g}" if multi else "Generative model (BiasPainter)", intro=(
+        "Every seed photo was edited with every neutral prompt. A neutral prompt should change neither the "
+        "person's skin colour, nor their apparent age, nor their apparent gender. Word score = mean signed change "
+        "over the seeds (bootstrap CI over seeds); a word is flagged when its paired test against no change is "
+        f"significant after {s['correction']} correction across words (alpha {s['alpha']}) and its score reaches "
+        "the minimum effect. Topic and model scores are mean absolute word scores (docs/METHODS.md §10)."))
+    words = res.words.xs(g, level="generator")
+    pairs = res.pairs[res.pairs["generator"] == g]
+    recs = res.records[res.records["generator"] == g]
+    model = res.model.xs(g, level="generator")
+    n_fail = int((~recs["ok"].astype(bool)).sum())
+    made = pairs["ok"].astype(bool)
+    lost = int(pairs.loc[made, "face_lost"].sum())
+    flagged = words[words["flagged"]]
+    key = {"seeds": s["n_seeds"], "prompt words": s["n_words"], "outputs": int(made.sum()),
+           "generation failures": n_fail, "faces lost": lost, "flagged words": int(flagged.index.get_level_values("word").nunique())}
+    for prop in model.index:
+        key[f"model score {prop}"] = float(model.loc[prop, "estimate"])
+    sec.metrics("key figures", key)
+    # findings: flagged words
+    for (prop, word), r in flagged.iterrows():
+        me = float(s["min_effect"].get(prop, 1.0)) or 1.0
+        sec.finding(
+            f"'{word}' ({r['topic']}) {'raises' if r['estimate'] > 0 else 'lowers'} {prop} by {num(abs(r['estimate']))} "
+            f"{PROPERTY_UNITS.get(prop, '')} on average over {count_of(int(r['n']), 'seed')} "
+            f"({int(round(s['level'] * 100))}% CI{ci_text(r['ci_low'], r['ci_high'])}; {p_text(r['pvalue_adjusted'])}).",
+            _severity(r, me), target="flagged words", quantity=f"word.{prop}.{word}", value=r["estimate"],
+            ci_low=r["ci_low"], ci_high=r["ci_high"], pvalue=r["pvalue_adjusted"],
+            size=min(1.0, abs(r["estimate"]) / (4 * me)), topic=f"generative:{g}:{prop}:{word}")
+    if flagged.empty:
+        sec.finding(f"No prompt word changed skin colour, age or gender beyond the minimum effects "
+                    f"({s['correction']}-corrected, alpha {s['alpha']}).", "info", target="key figures")
+    if lost:
+        sec.finding(f"{count_of(lost, 'output')} of {int(made.sum()):,} lost the face of the seed photo.",
+                    "medium" if lost / max(1, int(made.sum())) > 0.05 else "info", target="faces lost",
+                    quantity="face_lost_share", value=lost / max(1, int(made.sum())))
+    if n_fail:
+        sec.finding(f"{count_of(n_fail, 'generation')} failed (reasons in the failures table).", "info",
+                    target="failures", quantity="n_failed", value=n_fail)
+    # heat map: topic x property
+    topics = res.topics.xs(g, level="generator")["estimate"].unstack("property")
+    order = [p for p in PROPERTY_UNITS if p in topics.columns]
+    topics = topics[order]
+    sec.figure("topic x property", heatmap(topics, title="Mean |word score| by topic and property", fmt="{:.2f}",
+                                           cmap="viridis", cbar_label="mean absolute word score"),
+               "Topic scores (mean absolute word score) per property; units: "
+               + ", ".join(f"{p} {PROPERTY_UNITS[p]}" for p in order), data=topics)
+    # word-score bars with CIs per topic and property
+    for prop in PLOTTED:
+        if prop not in words.index.get_level_values("property"):
+            continue
+        wp = words.xs(prop, level="property")
+        for topic, wt in wp.groupby("topic", sort=False):
+            wt = wt.sort_values("estimate")
+            sec.figure(f"{prop} {topic}", forest(wt, title=f"{prop}: {topic}", xlabel=f"word score ({PROPERTY_UNITS[prop]})",
+                                                 reference=0.0, flag="flagged"),
+                       f"Word scores of {topic} for {prop} with {int(s['level'] * 100)}% bootstrap CIs; flagged words "
+                       "highlighted.", data=wt[["estimate", "ci_low", "ci_high", "flagged"]])
+    cols = ["topic", "n", "estimate", "ci_low", "ci_high", "statistic", "pvalue", "pvalue_adjusted", "flagged"]
+    sec.table("flagged words", flagged[cols] if not flagged.empty else flagged[cols].head(0),
+              "Words whose change is significant and at least the minimum effect.")
+    sec.table("top words", res.top_words.xs(g, level="generator"),
+              "The words with the largest word scores per property and direction.")
+    sec.table("word scores", words[cols + ["n_nonzero", "direction"]], "Every word and property.", max_rows=60)
+    sec.table("topic scores", res.topics.xs(g, level="generator"), "Mean absolute word score per topic.")
+    sec.table("model scores", model, "Mean absolute word score over all words.")
+    if g in res.thresholds.index.get_level_values("generator"):
+        sec.table("pairs over thresholds", res.thresholds.xs(g, level="generator"),
+                  "Pairs whose absolute change reaches each threshold (BiasPainter's ablation thresholds).")
+    if g in res.face_lost.index.get_level_values("generator"):
+        fl = res.face_lost.xs(g, level="generator")
+        sec.table("faces lost", fl[fl["n_face_lost"] > 0], "Outputs with no face found, per prompt word.")
+    fails = recs.loc[~recs["ok"].astype(bool), ["seed_id", "word", "prompt", "seed", "reason"]]
+    sec.table("failures", fails.reset_index(drop=True), "Generations that failed, with the reason.")
+    for n in res.notes:
+        sec.note(n, "warning")
+    if show_images:
+        _thumbnails(sec, res, g)
+    return sec
+
+
+def generative_sections(res: GenerativeResult, *, show_images: bool = False) -> list[Section]:
+    """The report sections of a :class:`~fairvision.audits.generative.audit.GenerativeResult`."""
+    out = [_generator_section(res, g, show_images) for g in res.generators]
+    for g in res.generators:
+        comp = res.distribution.get(g)
+        if comp is not None:
+            out.append(skin_section(comp, title=f"Skin colour of {g}'s outputs vs the seeds",
+                                    id=f"generative-skin-{slug(g)}"))
+    return out
