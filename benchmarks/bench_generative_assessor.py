@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.generative.age_gender import AgeGenderPredictor
+from fairvision.vision.age_gender import AgeGenderPredictor
 from fairvision.datasets import load_demo
 from fairvision.io.images import read_image
 

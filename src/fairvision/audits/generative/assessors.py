@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.generative.age_gender import AgeGenderPredictor
+from fairvision.vision.age_gender import AgeGenderPredictor
 from fairvision.audits.generative.generators import load_callable
 from fairvision.engine import imap
 from fairvision.errors import FairvisionError
