@@ -123,3 +123,23 @@ def test_findings_first_and_long_tables_collapsed(report_html, tmp_path):
         assert all(v == 0 for v in page.locator(".tablebox .tablewrap").evaluate_all(
             "els => els.map(el => el.scrollHeight - el.clientHeight)"))
         assert not button.is_visible()
+
+
+@pytest.mark.vision
+def test_transfer_demo_report_opens_in_the_browser(tmp_path):
+    """The bias-transfer demo study (offline, on the bundled photos) writes a report that a browser opens with
+    its findings, its study table and its plot, and no console errors."""
+    pytest.importorskip("dlib")
+    out = tmp_path / "transfer"
+    assert main(["transfer", "demo", "-o", str(out), "--limit", "90", "--n-boot", "100", "--workers", "1"]) == 0
+    errors = []
+    with _browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((out / "report.html").resolve().as_uri())
+        text = page.inner_text("body")
+        assert "Findings" in text and "demonstration" in text.lower()
+        assert page.locator("svg").count() >= 1 and page.locator("table").count() >= 2
+        page.screenshot(path=str(tmp_path / "transfer.png"))
+    assert not errors, errors
