@@ -119,6 +119,30 @@ def silence_native_stderr() -> None:
     os.close(devnull)
 
 
+class Reorderer:
+    """Hands outcomes on as they arrive, or in input order (buffering early finishers) when ``ordered``;
+    ``progress`` is called for each outcome on arrival. Shared by both engines."""
+
+    def __init__(self, ordered: bool, progress: Callable[[Outcome], None] | None = None):
+        self.ordered = ordered
+        self.progress = progress
+        self._pending: dict[int, Outcome] = {}
+        self._next = 0
+
+    def emit(self, outcomes: list[Outcome]) -> Iterator[Outcome]:
+        for o in outcomes:
+            if self.progress is not None:
+                self.progress(o)
+        if not self.ordered:
+            yield from outcomes
+            return
+        for o in outcomes:
+            self._pending[o.index] = o
+        while self._next in self._pending:
+            yield self._pending.pop(self._next)
+            self._next += 1
+
+
 @contextlib.contextmanager
 def quiet_native_stderr() -> Iterator[None]:
     """While models run in this process: native log lines (fd 2) go to /dev/null, Python's own
@@ -281,23 +305,8 @@ def imap(
     chunks = [indexed[i : i + size] for i in range(0, n, size)]
     limit = max_in_flight or 4 * workers
     ctx = _context(start_method, preload)
-    pending_out: dict[int, Outcome] = {}
-    next_to_yield = 0
+    emit = Reorderer(ordered, progress).emit
     next_chunk = 0
-
-    def emit(outcomes: list[Outcome]):
-        nonlocal next_to_yield
-        for o in outcomes:
-            if progress is not None:
-                progress(o)
-        if not ordered:
-            yield from outcomes
-            return
-        for o in outcomes:
-            pending_out[o.index] = o
-        while next_to_yield in pending_out:
-            yield pending_out.pop(next_to_yield)
-            next_to_yield += 1
 
     fruitless = 0  # pools in a row that broke before finishing any chunk
     while next_chunk < len(chunks):

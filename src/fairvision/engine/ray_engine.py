@@ -35,7 +35,7 @@ import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 from fairvision.errors import FairvisionError
-from fairvision.engine.pool import Failure, Outcome, auto_chunksize, one_line, run_chunk, start_worker
+from fairvision.engine.pool import Failure, Outcome, Reorderer, auto_chunksize, one_line, run_chunk, start_worker
 
 _INSTALL_HINT = "the ray engine needs Ray: install fairvision[ray] (pip install 'fairvision[ray]')"
 
@@ -193,24 +193,13 @@ def imap(
             max_restarts=0, max_task_retries=0,
         )
 
-    pending: dict[int, Outcome] = {}
     seen = [False] * n
-    next_to_yield = 0
+    reorder = Reorderer(ordered, progress)
 
     def emit(outcomes: list[Outcome]):
-        nonlocal next_to_yield
         for o in outcomes:
             seen[o.index] = True
-            if progress is not None:
-                progress(o)
-        if not ordered:
-            yield from outcomes
-            return
-        for o in outcomes:
-            pending[o.index] = o
-        while next_to_yield in pending:
-            yield pending.pop(next_to_yield)
-            next_to_yield += 1
+        return reorder.emit(outcomes)
 
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
