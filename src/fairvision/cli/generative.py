@@ -15,7 +15,17 @@ from typing import Iterator, List, Optional
 import typer
 import typer.core
 
-from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, console, done, exit_if_gates_failed
+from fairvision.cli.common import (
+    ADDRESS_OPTION,
+    ENGINE_OPTION,
+    NO_STORE_OPTION,
+    STORE_OPTION,
+    check_outdir,
+    console,
+    done,
+    exit_if_gates_failed,
+    results_store,
+)
 from fairvision.errors import FairvisionError
 
 
@@ -84,12 +94,15 @@ def run_cmd(
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for the built-in editor, folder outputs and the assessment (a callable or HTTP generator runs one at a time unless its spec sets workers)."),
     engine: str = ENGINE_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_abs_word_skin>10', 'n_flagged_words>0', 'model_age>3', 'face_lost_share>0.05'. Repeat: any one failing fails."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed before/after thumbnails of flagged words (face images: off by default)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr (only on a terminal)."),
 ):
     """Run a generative audit: every generator edits every seed with every neutral prompt (outputs that
-    exist are kept), seeds and outputs are assessed (skin colour, age, gender, identity, lost faces),
+    exist are kept), seeds and outputs are assessed (skin colour, age, gender, identity, lost faces; kept in
+    the results store, so a rerun assesses only what is new),
     and word, topic and model scores with bootstrap CIs and corrected paired tests are reported."""
     from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition  # lazy: see the docstring
     from fairvision.audits.generative import audit_generative, load_spec
@@ -100,9 +113,11 @@ def run_cmd(
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     check_outdir(output)
     check_engine(engine, address)
+    results = results_store(store, no_store)
     spec = load_spec(spec_path)
     with _bars(progress) as advance:
-        result = audit_generative(spec, workers=workers, engine=engine, address=address, progress=advance)
+        result = audit_generative(spec, workers=workers, engine=engine, address=address, progress=advance,
+                                  store=results)
     gates = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=f"Generative audit: {spec.name}", subtitle="fairvision generative model audit (BiasPainter)",
                     meta={"spec": str(spec_path), "generators": ", ".join(result.generators),
@@ -113,8 +128,11 @@ def run_cmd(
     paths = report.write(output)
     n_flag = int(result.words["flagged"].sum())
     n_fail = int((~result.records["ok"].astype(bool)).sum())
+    counts = result.settings.get("assessments", {})
+    n_stored = int(sum(counts.get("from_store", {}).values()))
     done(paths, f"{len(result.records):,} outputs ({int(result.records['generated'].sum()):,} generated now, "
-                f"{n_fail:,} failed); {n_flag:,} flagged word-property pairs")
+                f"{n_fail:,} failed); {result.n_assessed():,} assessments computed, {n_stored:,} from the store; "
+                f"{n_flag:,} flagged word-property pairs")
     exit_if_gates_failed(gates)
 
 

@@ -18,19 +18,25 @@ changes the scores use.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from fairvision.vision.age_gender import AgeGenderPredictor
+from fairvision import __version__
 from fairvision.audits.generative.generators import load_callable
+from fairvision.audits.skin_batch import preload as preload_models
 from fairvision.engine import imap
+from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import FairvisionError
 from fairvision.io.images import read_image
+from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table
 from fairvision.skin import measure
+from fairvision.vision.age_gender import AgeGenderPredictor
 from fairvision.vision.face_descriptor import FaceDescriptor
 
 IMAGE_COLUMNS = ["image_path", "skin_ok", "skin_reason", "n_faces", "L", "hue", "ita", "gray", "age", "gender",
@@ -39,69 +45,222 @@ IMAGE_COLUMNS = ["image_path", "skin_ok", "skin_reason", "n_faces", "L", "hue", 
 PROPERTY_COLUMNS = {"skin_L": "L", "skin_hue": "hue", "skin_ita": "ita", "skin_gray": "gray", "age": "age"}
 #: DLIB's distance threshold for "same person"
 IDENTITY_THRESHOLD = 0.6
+#: assessor part -> its stage in the results store (docs/METHODS.md §10.1)
+STAGES = {"skin": "generative_skin", "age_gender": "generative_age_gender", "identity": "generative_identity"}
+#: assessor part -> the per-image columns it fills
+PART_COLUMNS = {"skin": ("skin_ok", "skin_reason", "n_faces", "L", "hue", "ita", "gray"),
+                "age_gender": ("age", "gender", "p_male", "ag_reason"), "identity": ("descriptor",)}
+#: Bump when a change here changes stored assessments.
+CACHE_VERSION = 1
+#: Source files and folders (relative to the package) whose code shapes an assessment.
+SIGNATURE_SOURCES = {"skin": ("io/images.py", "skin", "vision", "audits/generative/assessors.py"),
+                     "age_gender": ("io/images.py", "vision", "audits/generative/assessors.py"),
+                     "identity": ("io/images.py", "vision", "audits/generative/assessors.py")}
+#: A run that leaves a stage with more parts than this compacts it (when no other run holds the store).
+COMPACT_PARTS = 64
+#: modules a fork server imports once for the workers (with ``fork`` they inherit this process's imports)
+PRELOAD = ("cv2", "mediapipe.python.solutions.face_mesh", "fairvision.skin.measurement",
+           "fairvision.audits.generative.assessors")
 
 _WORKER: dict = {}
+
+
+def active_parts(options: dict) -> list[str]:
+    """The per-image assessors ``options`` asks for (``skin``, ``age_gender``, ``identity``), in that order;
+    a CSV of predictions is merged afterwards, not assessed per image."""
+    parts = []
+    if options.get("skin", True):
+        parts.append("skin")
+    ag = options.get("age_gender", "none")
+    if ag == "builtin" or (isinstance(ag, str) and ":" in ag and not ag.startswith("csv:")):
+        parts.append("age_gender")
+    if options.get("identity"):
+        parts.append("identity")
+    return parts
+
+
+def _callable_source(target: str) -> str:
+    """SHA-256 of the source file of a ``module:function`` predictor's module ('' when it has none)."""
+    mod = target.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(mod)
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    return (file_sha256(origin) or "") if origin and os.path.isfile(origin) else ""
+
+
+def part_params_hash(part: str, options: dict) -> str:
+    """Hash of everything but the image that shapes one assessor's result: its parameters, the package
+    version and the source of the code that computes it (a change is a miss in the results store)."""
+    if part == "skin":
+        params = {"skin_method": options.get("skin_method", "mean"), "mask_method": options.get("mask_method", "mediapipe")}
+    elif part == "age_gender":
+        ag = options.get("age_gender", "none")
+        params = {"age_gender": ag, "source": "" if ag == "builtin" else _callable_source(ag)}
+    elif part == "identity":
+        params = {"upsample": 1}
+    else:
+        raise FairvisionError(f"unknown assessor {part!r}")
+    return content_key({"v": CACHE_VERSION, "pkg": __version__, "part": part, "params": params,
+                        "code": source_signature(SIGNATURE_SOURCES[part])})
 
 
 def _init(options: dict) -> None:
     _WORKER.clear()
     _WORKER["options"] = options
+    parts = options.get("parts", active_parts(options))
     ag = options.get("age_gender", "none")
-    if ag == "builtin":
-        _WORKER["ag"] = AgeGenderPredictor().predict
-    elif isinstance(ag, str) and ":" in ag and not ag.startswith("csv:"):
-        _WORKER["ag"] = load_callable(ag)
-    if options.get("identity"):
+    if "age_gender" in parts:
+        _WORKER["ag"] = AgeGenderPredictor().predict if ag == "builtin" else load_callable(ag)
+    if "identity" in parts:
         _WORKER["fd"] = FaceDescriptor(upsample=1)
 
 
-def assess_image(path: str) -> dict:
-    """Every per-image measurement of one image (in a worker initialised with the options)."""
+def assess_image(task) -> dict:
+    """Per-image measurements of one image (in a worker initialised with the options).
+
+    ``task``: an image path (every assessor of the options), or ``{"image_path": ..., "parts": [...]}``
+    for only some of them (the others are in the results store).
+    """
     opts = _WORKER["options"]
+    if isinstance(task, dict):
+        path, parts = task["image_path"], task["parts"]
+    else:
+        path, parts = task, opts.get("parts", active_parts(opts))
     img = read_image(path)
     row: dict = {"image_path": path}
-    if opts.get("skin", True):
+    if "skin" in parts:
         m = measure(img, method=opts.get("skin_method", "mean"), mask_method=opts.get("mask_method", "mediapipe"),
                     n_boot=0)
         row.update(skin_ok=bool(m.ok), skin_reason=m.reason or "", n_faces=m.n_faces, L=m.L, hue=m.hue, ita=m.ita,
                    gray=m.gray)
-    if "ag" in _WORKER:
+    if "age_gender" in parts and "ag" in _WORKER:
         r = _WORKER["ag"](img)
         if not isinstance(r, dict):
             raise FairvisionError(f"age/gender predictor returned {type(r).__name__}, expected a dict with age and gender")
         g = r.get("gender")
         row.update(age=float(r.get("age", np.nan)) if r.get("age") is not None else np.nan,
                    gender=str(g).lower() if g is not None else None, p_male=float(r.get("p_male", np.nan)),
-                   ag_reason=r.get("reason", ""))
-    if "fd" in _WORKER:
+                   ag_reason=r.get("reason", "") or "")
+    if "identity" in parts and "fd" in _WORKER:
         vec, info = _WORKER["fd"].describe(img)
         row["descriptor"] = None if vec is None else vec.astype(np.float32)
     return row
 
 
+def _from_payload(part: str, payload: dict) -> dict:
+    """Per-image columns of one assessor from its stored payload (JSON null -> NaN / None)."""
+    out = {}
+    for col in PART_COLUMNS[part]:
+        v = payload.get(col)
+        if col == "descriptor":
+            v = None if v is None else np.asarray(v, dtype=np.float32)
+        elif col in ("L", "hue", "ita", "gray", "age", "p_male"):
+            v = np.nan if v is None else float(v)
+        out[col] = v
+    return out
+
+
 def assess_images(paths: list[str], options: dict, *, workers: int = 1, engine: str = "local",
-                  address: str | None = None, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+                  address: str | None = None, progress: Callable[[int, int], None] | None = None,
+                  store: ResultsStore | str | os.PathLike | None = None,
+                  sample_ids: dict | None = None) -> pd.DataFrame:
     """Per-image measurements of ``paths`` (one row each; an image that fails has its reason in ``skin_reason``).
 
     ``options``: ``skin`` (bool), ``skin_method``, ``mask_method``,
     ``age_gender`` (``builtin``, ``none``, ``csv:PATH``, ``module:function``),
     ``identity`` (bool).
+
+    With a results ``store`` (:class:`fairvision.io.store.ResultsStore` or its
+    folder) each assessor's result is kept under its stage (:data:`STAGES`) and
+    a key made of the SHA-256 of the image's bytes and :func:`part_params_hash`;
+    an image whose results are all stored is not read at all, one with some
+    stored is assessed only by the others, and images with the same bytes are
+    assessed once. ``sample_ids`` (path -> sample id) labels stored rows.
+
+    Returns
+    -------
+    DataFrame
+        :data:`IMAGE_COLUMNS` and ``from_store`` (every assessor read from the
+        store). ``attrs["assessments"]``: ``computed`` and ``from_store``,
+        counts of per-image assessor results by assessor.
     """
-    paths = list(dict.fromkeys(paths))
-    rows = []
-    outcomes = imap(assess_image, paths, workers=max(1, int(workers)), engine=engine, address=address,
-                    initializer=_init, initargs=(options,), ordered=False)
-    for i, oc in enumerate(outcomes, 1):
-        if oc.ok:
-            rows.append(oc.value)
-        else:
-            rows.append({"image_path": paths[oc.index], "skin_ok": False, "skin_reason": str(oc.failure)})
-        if progress is not None:
-            progress(i, len(paths))
-    df = pd.DataFrame(rows).reindex(columns=IMAGE_COLUMNS)
+    paths = list(dict.fromkeys(str(p) for p in paths))
+    parts = active_parts(options)
+    if store is not None and not isinstance(store, ResultsStore):
+        store = ResultsStore(store)
+    sample_ids = sample_ids or {}
+    rows: dict[str, dict] = {p: {"image_path": p} for p in paths}
+    need: dict[str, list[str]] = {p: list(parts) for p in paths}
+    counts = {"computed": dict.fromkeys(parts, 0), "from_store": dict.fromkeys(parts, 0)}
+    keys: dict[str, dict[str, str]] = {}
+    contents: dict[str, str] = {}
+    if store is not None and parts:
+        phash = {part: part_params_hash(part, options) for part in parts}
+        for p in paths:
+            c = file_sha256(p)
+            if c is not None:
+                contents[p] = c
+                keys[p] = {part: row_key(c, phash[part]) for part in parts}
+        for part in parts:
+            hits = store.get_many(STAGES[part], (k[part] for k in keys.values()))
+            for p, k in keys.items():
+                hit = hits.get(k[part])
+                if hit is not None:
+                    rows[p].update(_from_payload(part, hit))
+                    need[p].remove(part)
+                    counts["from_store"][part] += 1
+    # one assessment per distinct content (and per unreadable path), only of the parts not stored
+    todo: dict[tuple, dict] = {}
+    for p in paths:
+        if need[p]:
+            ident = (contents.get(p, p), tuple(need[p]))
+            todo.setdefault(ident, {"image_path": p, "parts": need[p], "paths": []})["paths"].append(p)
+    tasks = list(todo.values())
+    done = sum(1 for p in paths if not need[p])
+    if progress is not None and done:
+        progress(done, len(paths))
+    if tasks:
+        run_opts = {**options, "parts": sorted({x for t in tasks for x in t["parts"]}, key=parts.index)}
+        items = [{"image_path": t["image_path"], "parts": t["parts"]} for t in tasks]
+        if int(workers) > 1 and engine == "local" and "skin" in run_opts["parts"]:
+            preload_models({"mask_method": run_opts.get("mask_method", "mediapipe")})  # import once; forked workers inherit
+        try:
+            for oc in imap(assess_image, items, workers=max(1, int(workers)), engine=engine, address=address,
+                           initializer=_init, initargs=(run_opts,), ordered=False, preload=PRELOAD):
+                t = tasks[oc.index]
+                if oc.ok:
+                    value = {k: v for k, v in oc.value.items() if k != "image_path"}
+                    for part in t["parts"]:
+                        counts["computed"][part] += 1
+                        if store is not None and t["image_path"] in keys:
+                            p0 = t["image_path"]
+                            store.put(STAGES[part], keys[p0][part], {c: value.get(c) for c in PART_COLUMNS[part]},
+                                      content_hash=contents[p0], params_hash=phash[part],
+                                      sample_id=sample_ids.get(p0), image_path=p0)
+                    for p in t["paths"]:
+                        rows[p].update(value)
+                else:  # not stored: a failure is tried again next run
+                    for p in t["paths"]:
+                        rows[p].update(skin_ok=False, skin_reason=str(oc.failure))
+                done += len(t["paths"])
+                if progress is not None:
+                    progress(done, len(paths))
+        finally:
+            if store is not None:
+                store.flush()  # what finished is kept, also when interrupted
+        if store is not None:
+            store.vacuum(max_parts=COMPACT_PARTS, blocking=False)
+    df = pd.DataFrame([rows[p] for p in paths]).reindex(columns=IMAGE_COLUMNS)
+    df["from_store"] = [not need[p] and bool(parts) for p in paths]
+    for col in ("L", "hue", "ita", "gray", "age", "p_male", "n_faces"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    df["skin_ok"] = df["skin_ok"].astype(object).where(df["skin_ok"].notna(), False).astype(bool)
     ag = options.get("age_gender", "none")
     if isinstance(ag, str) and ag.startswith("csv:"):
         df = _merge_csv(df, ag[4:], options.get("base"))
+    df.attrs["assessments"] = counts
     return df
 
 

@@ -11,6 +11,7 @@ the seeds (Thong et al. Table 2, via :func:`fairvision.audits.skin.audit_skin_co
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,6 +23,7 @@ from fairvision.audits.generative.generators import generate
 from fairvision.audits.generative.spec import GenerativeSpec
 from fairvision.audits.skin import SkinComparison, audit_skin_comparison
 from fairvision.errors import FairvisionError
+from fairvision.io.store import ResultsStore
 from fairvision.stats.corrections import DEFAULT_CORRECTION
 from fairvision.stats.metamorphic import metamorphic_scores
 
@@ -42,7 +44,8 @@ class GenerativeResult:
         One generation record per requested output (seed, prompt, generation
         seed, parameters, content hash, ``ok`` and the ``reason`` of a failure).
     images : DataFrame
-        Per-image measurements of seeds and outputs (no descriptors).
+        Per-image measurements of seeds and outputs (no descriptors;
+        ``from_store``: read from the results store).
     pairs : DataFrame
         Per output: the signed changes (:func:`~fairvision.audits.generative.assessors.pair_changes`).
     words : DataFrame
@@ -61,6 +64,10 @@ class GenerativeResult:
         Index ``(generator, word)``: ``n_outputs``, ``n_face_lost``, ``share``.
     distribution : dict
         generator -> :class:`~fairvision.audits.skin.SkinComparison` (seeds vs outputs) or None.
+    settings : dict
+        The score settings; ``settings["assessments"]`` counts per-image
+        assessor results ``computed`` in this run and read ``from_store``, by
+        assessor (``skin``, ``age_gender``, ``identity``).
     """
 
     name: str
@@ -77,6 +84,10 @@ class GenerativeResult:
     distribution: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+
+    def n_assessed(self) -> int:
+        """Per-image assessor results computed in this run (0 when the results store had them all)."""
+        return int(sum(self.settings.get("assessments", {}).get("computed", {}).values()))
 
     def to_frame(self) -> pd.DataFrame:
         return self.words
@@ -188,6 +199,7 @@ def audit_generative(
     engine: str = "local",
     address: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    store: ResultsStore | str | os.PathLike | None = None,
 ) -> GenerativeResult:
     """Run a generative audit spec end to end (docs/METHODS.md §10).
 
@@ -201,6 +213,13 @@ def audit_generative(
         for generation (default 1 for ``callable`` and ``http``).
     progress : callable, optional
         ``progress(stage, done, total)`` with stage ``generate:<name>`` or ``assess``.
+    store : ResultsStore or path, optional
+        Results store (:class:`fairvision.io.store.ResultsStore`, or its
+        folder): per-image assessments of seeds and outputs already made with
+        the same assessor settings and code are read from it, new ones are
+        appended (stages ``generative_skin``, ``generative_age_gender``,
+        ``generative_identity``; docs/METHODS.md §10.1). None (default):
+        neither read nor write one.
 
     Returns
     -------
@@ -220,7 +239,10 @@ def audit_generative(
                "age_gender": a.get("age_gender", "none") or "none", "base": str(base)}
     paths = list(spec.seeds["image_path"].astype(str)) + list(records.loc[records["ok"].astype(bool), "output_path"])
     cb = (lambda d, t: progress("assess", d, t)) if progress else None
-    images = assess_images(paths, options, workers=workers, engine=engine, address=address, progress=cb)
+    sample_ids = dict(zip(spec.seeds["image_path"].astype(str), spec.seeds["sample_id"].astype(str)))
+    images = assess_images(paths, options, workers=workers, engine=engine, address=address, progress=cb,
+                           store=store, sample_ids=sample_ids)
+    assessments = images.attrs.get("assessments", {})
     pairs = pd.concat([pair_changes(r, spec.seeds, images) for r in recs], ignore_index=True)
     sc = spec.scores
     words, topics, model = score_pairs(pairs, min_effect=spec.min_effect, alpha=float(sc["alpha"]),
@@ -254,7 +276,7 @@ def audit_generative(
                 "thresholds": {k: list(v) for k, v in spec.thresholds.items()}, "assessors": options,
                 "n_seeds": int(len(spec.seeds)),
                 "seed_paths": dict(zip(spec.seeds["sample_id"].astype(str), spec.seeds["image_path"].astype(str))), "n_words": int(len(spec.prompts)),
-                "topics": list(dict.fromkeys(spec.prompts["topic"]))}
+                "topics": list(dict.fromkeys(spec.prompts["topic"])), "assessments": assessments}
     return GenerativeResult(
         name=spec.name, generators=list(dict.fromkeys(records["generator"])), records=records,
         images=images.drop(columns=["descriptor"]), pairs=pairs, words=words, topics=topics, model=model,

@@ -14,6 +14,8 @@ editor). Kinds:
 - ``callable``: :class:`CallableGenerator`, any ``module:function``.
 - ``http``: :class:`HTTPGenerator`, the ``/sdapi/v1/img2img`` JSON API of a
   locally running AUTOMATIC1111 / Forge web UI (base64 PNG in and out).
+- ``diffusers``: :class:`DiffusersGenerator`, a Hugging Face diffusers
+  image-to-image pipeline loaded from local weights (the ``diffusers`` extra).
 
 :func:`generate` runs a generator over seeds x prompts x generation seeds,
 writes every output as a PNG under the work folder and appends one record per
@@ -274,6 +276,93 @@ class HTTPGenerator(Generator):
         return decode_image(base64.b64decode(data))
 
 
+class DiffusersGenerator(Generator):
+    """A Hugging Face diffusers image-to-image pipeline from weights already on this machine (the ``diffusers`` extra).
+
+    ``StableDiffusionImg2ImgPipeline.from_pretrained(path, local_files_only=True)``:
+    ``path`` must be a local folder in the diffusers layout (``model_index.json``,
+    ``unet/``, ``vae/``, ``text_encoder/``, ``tokenizer/``, ``scheduler/``, as
+    written by ``save_pretrained``); nothing is ever downloaded. The pipeline is
+    loaded once per worker. Each :meth:`edit` runs the pipeline on the seed
+    image with a ``torch.Generator`` seeded with the generation seed, so an
+    output is reproducible from its record. The output has the pipeline's size:
+    the input's, rounded down to a multiple of the VAE's scale factor.
+
+    Parameters
+    ----------
+    path : path
+        Local folder of the pipeline's weights.
+    strength, guidance_scale, num_inference_steps : float, float, int
+        The pipeline's image-to-image settings (how far from the seed, prompt
+        adherence, denoising steps).
+    negative_prompt : str, optional
+    device : str
+        ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:1``, ``mps``.
+    dtype : {"float32", "float16", "bfloat16"}
+        Weights and computation type (float16 needs a GPU).
+    safety_checker : bool
+        Keep a safety checker the weights ship with (off by default: a
+        blacked-out output would read as a lost face).
+    """
+
+    kind = "diffusers"
+    DTYPES = ("float32", "float16", "bfloat16")
+
+    def __init__(self, name: str = "diffusers", *, path: str | Path, strength: float = 0.5,
+                 guidance_scale: float = 7.5, num_inference_steps: int = 30, negative_prompt: str | None = None,
+                 device: str = "auto", dtype: str = "float32", safety_checker: bool = False):
+        if dtype not in self.DTYPES:
+            raise FairvisionError(f"diffusers generator {name!r}: dtype must be one of {', '.join(self.DTYPES)}")
+        if not 0 < float(strength) <= 1:
+            raise FairvisionError(f"diffusers generator {name!r}: strength must lie in (0, 1]")
+        folder = Path(path).expanduser()
+        if not (folder / "model_index.json").is_file():
+            raise FairvisionError(f"diffusers generator {name!r}: {folder} is not a local diffusers pipeline folder "
+                                  "(no model_index.json); fairvision loads weights you already have, never downloads")
+        super().__init__(name, {"path": str(folder.resolve()), "strength": float(strength),
+                                "guidance_scale": float(guidance_scale),
+                                "num_inference_steps": int(num_inference_steps), "negative_prompt": negative_prompt,
+                                "device": device, "dtype": dtype, "safety_checker": bool(safety_checker)})
+        self._pipe = None
+
+    def pipeline(self):
+        """The loaded pipeline (loaded on first use; torch and diffusers are imported only here)."""
+        if self._pipe is None:
+            # lazy: torch + diffusers take ~5 s to import (measured) and are an optional extra
+            try:
+                import torch
+                from diffusers import StableDiffusionImg2ImgPipeline
+            except ImportError as exc:
+                raise FairvisionError(f"the diffusers generator needs the diffusers extra: pip install "
+                                      f"'fairvision[diffusers]' ({exc})") from None
+            pr = self.params
+            device = pr["device"]
+            if device == "auto":
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            extra = {} if pr["safety_checker"] else {"safety_checker": None, "requires_safety_checker": False}
+            try:
+                pipe = StableDiffusionImg2ImgPipeline.from_pretrained(
+                    pr["path"], local_files_only=True, dtype=getattr(torch, pr["dtype"]), **extra)
+            except (OSError, ValueError) as exc:
+                raise FairvisionError(f"diffusers generator {self.name!r}: cannot load {pr['path']}: "
+                                      f"{' '.join(str(exc).split())}") from None
+            pipe = pipe.to(device)
+            pipe.set_progress_bar_config(disable=True)
+            self._torch, self._device, self._pipe = torch, device, pipe
+        return self._pipe
+
+    def edit(self, image, prompt, seed, **info) -> np.ndarray:
+        from PIL import Image  # lazy, as in decode_image
+
+        pipe = self.pipeline()
+        pr = self.params
+        gen = self._torch.Generator(device=self._device).manual_seed(int(seed))
+        out = pipe(prompt=prompt, image=Image.fromarray(as_rgb_uint8(image, "seed image")), strength=pr["strength"],
+                   guidance_scale=pr["guidance_scale"], num_inference_steps=pr["num_inference_steps"],
+                   negative_prompt=pr["negative_prompt"], generator=gen, output_type="np")
+        return as_rgb_uint8(np.asarray(out.images[0], dtype=np.float32))
+
+
 def decode_image(data: bytes) -> np.ndarray:
     """RGB uint8 array of encoded image bytes (PNG, JPEG, WebP)."""
     from PIL import Image  # lazy: only the HTTP adapter decodes bytes
@@ -301,6 +390,11 @@ def make_generator(config: dict, base: Path | None = None) -> Generator:
             return CallableGenerator(name, **cfg)
         if kind == "http":
             return HTTPGenerator(name, **cfg)
+        if kind == "diffusers":
+            p = Path(str(cfg.pop("path", ""))).expanduser()
+            if base is not None and not p.is_absolute():
+                p = base / p
+            return DiffusersGenerator(name, path=p, **cfg)
     except TypeError as exc:  # unknown or missing keys of a kind
         raise FairvisionError(f"generator {name!r} ({kind}): {exc}") from None
     raise FairvisionError(f"unknown generator kind {kind!r}")

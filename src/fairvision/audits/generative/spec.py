@@ -23,7 +23,7 @@ from fairvision.stats.corrections import DEFAULT_CORRECTION
 
 WORDS_FILE = "generative/words.toml"
 TOPICS = ("professions", "activities", "objects", "personality_traits")
-GENERATOR_KINDS = ("builtin", "folder", "callable", "http")
+GENERATOR_KINDS = ("builtin", "folder", "callable", "http", "diffusers")
 PROPERTIES = ("skin_L", "skin_hue", "skin_ita", "skin_gray", "age", "gender", "identity")
 
 #: defaults of every optional setting (docs/METHODS.md §10)
@@ -263,7 +263,7 @@ limit_per_topic = 8           # first N words of each topic (0 = all 263)
 # professions = ["beekeeper"]
 
 [generator]
-kind = "builtin"              # builtin (colorimetric editor, no model) | folder | callable | http
+kind = "builtin"              # builtin (colorimetric editor, no model) | folder | callable | http | diffusers
 seeds = [0]                   # generation seeds per (seed photo, prompt)
 noise_L = 0.5                 # builtin: random L* jitter (sd) per output, like a real model's variation
 # Builtin editor: shift skin lightness L* (negative = darker) or hue h* (degrees) for chosen words.
@@ -283,6 +283,12 @@ baker = {{ L = 6.0 }}           # lighter skin
 # kind = "http"               # a local AUTOMATIC1111 / Forge web UI started with --api
 # url = "http://127.0.0.1:7860"
 # params = {{ denoising_strength = 0.5, steps = 20, cfg_scale = 7 }}
+# [generator]
+# kind = "diffusers"          # local Stable Diffusion weights (pip install 'fairvision[diffusers]'; no download)
+# path = "/models/stable-diffusion-v1-5"   # a folder with model_index.json (save_pretrained layout)
+# strength = 0.5
+# num_inference_steps = 30
+# guidance_scale = 7.5
 
 [assessors]
 skin = true                   # L*, h*, ITA and grey level of the face skin in seed and output

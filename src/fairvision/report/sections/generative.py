@@ -78,6 +78,11 @@ def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Sect
     for prop in model.index:
         key[f"model score {prop}"] = float(model.loc[prop, "estimate"])
     sec.metrics("key figures", key)
+    counts = s.get("assessments", {})
+    stored = int(sum(counts.get("from_store", {}).values()))
+    if stored and g == res.generators[0]:
+        sec.note(f"{res.n_assessed():,} per-image assessments were computed in this run and {stored:,} read from "
+                 "the results store (same image bytes, assessor settings and code; docs/METHODS.md §10.1).")
     # findings: flagged words
     for (prop, word), r in flagged.iterrows():
         me = float(s["min_effect"].get(prop, 1.0)) or 1.0
