@@ -26,6 +26,7 @@ generated again, so an interrupted run resumes.
 
 from __future__ import annotations
 
+import abc
 import base64
 import hashlib
 import importlib
@@ -44,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.diagnosis.counterfactual import audit_colour_transect
-from fairvision.engine import imap
+from fairvision.engine import content_key, imap
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes
 from fairvision.io.images import encode_png, read_image
@@ -81,11 +82,11 @@ def as_rgb_uint8(image: Any, where: str = "generator output") -> np.ndarray:
 
 
 def params_hash(params: dict) -> str:
-    """Short SHA-256 of a JSON form of generator parameters."""
-    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """Short content key of generator parameters (:func:`fairvision.engine.content_key`)."""
+    return content_key(params)[:16]
 
 
-class Generator:
+class Generator(abc.ABC):
     """Base class: a named image editor with recorded parameters."""
 
     kind = "base"
@@ -98,8 +99,9 @@ class Generator:
         """Parameters that determine the output for ``word`` (recorded and hashed; a change regenerates)."""
         return {"kind": self.kind, **self.params}
 
-    def edit(self, image: np.ndarray, prompt: str, seed: int, **info) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def edit(self, image: np.ndarray, prompt: str, seed: int, **info) -> np.ndarray:
+        """The edited image (uint8 RGB) for ``prompt``, deterministic given ``seed``."""
 
 
 class ColourEditor(Generator):
