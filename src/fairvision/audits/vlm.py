@@ -1,0 +1,430 @@
+"""Zero-shot vision-language probe from precomputed embeddings (docs/METHODS.md §12.1).
+
+A CLIP-style model labels every image with the prompt set it is closest to (cosine similarity between the
+image embedding and the normalised mean of each label's prompt embeddings). The probe then asks whether the
+labels it hands out depend on who is in the picture: per-group label rates (including a neutral
+``unspecified`` label) and error rates with subject-level bootstrap CIs, a chi-square test of label x group,
+per-group-vs-rest tests corrected for multiple testing, and NPMI between predicted labels and groups.
+
+Embeddings are the universal input: no model is loaded here. The default prompt sets
+(``datasets/data/vlm/prompts.toml``) are text only; the user embeds them with the text encoder of the model
+that embedded the images.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.groups import memberships, subject_codes
+from fairvision.io.embeddings import read_embeddings
+from fairvision.io.tables import read_raw_table
+from fairvision.stats.association import npmi
+from fairvision.stats.chisquare import chi2_test
+from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
+
+#: the neutral label of the default gender prompt set
+UNSPECIFIED = "unspecified"
+EMBED_HINT = ("no CLIP weights ship with fairvision: embed the prompts of the prompt set with the text encoder of "
+              "the model that embedded the images and pass them with --text-embeddings")
+
+
+def default_prompts_path() -> Path:
+    """Path of the bundled prompt sets (``datasets/data/vlm/prompts.toml``)."""
+    return Path(str(resources.files("fairvision.datasets") / "data" / "vlm" / "prompts.toml"))
+
+
+def load_prompt_sets(path: str | Path | None = None) -> dict[str, dict[str, list[str]]]:
+    """Prompt sets from a TOML file: ``{probe: {label: [prompt, ...]}}`` (docs/METHODS.md §12.1).
+
+    Parameters
+    ----------
+    path : path-like, optional
+        TOML file with one table per probe holding a ``labels`` table of prompt lists; default the bundled
+        prompt sets.
+
+    Returns
+    -------
+    dict
+        Probe name -> label -> prompts, in file order.
+    """
+    path = Path(path) if path is not None else default_prompts_path()
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputFileError(f"{path}: not valid TOML: {exc}") from None
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, body in doc.items():
+        labels = body.get("labels") if isinstance(body, dict) else None
+        if not isinstance(labels, dict) or len(labels) < 2:
+            raise InputFileError(f"{path}: [{name}] needs a [{name}.labels] table with at least two labels")
+        for lab, prompts in labels.items():
+            if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p.strip() for p in prompts):
+                raise InputFileError(f"{path}: [{name}.labels] {lab}: expected a non-empty list of prompts")
+        out[name] = {str(k): list(v) for k, v in labels.items()}
+    return out
+
+
+def read_text_embeddings(source) -> tuple[np.ndarray, list[str], list[str]]:
+    """Prompt embeddings with their labels.
+
+    Parameters
+    ----------
+    source : path-like or DataFrame
+        A table (Parquet, CSV, ...) with a ``label`` column, an optional ``prompt`` column and the embedding
+        (one list-valued ``embedding`` column or one numeric column per dimension), or an ``.npz`` with arrays
+        ``embeddings``, ``labels`` and optionally ``prompts``.
+
+    Returns
+    -------
+    embeddings : numpy.ndarray, shape (n_prompts, d)
+    labels, prompts : list of str
+    """
+    if source is None:
+        raise FairvisionError(f"text embeddings are required: {EMBED_HINT} (prompts: {default_prompts_path()})")
+    label = "text embeddings" if isinstance(source, pd.DataFrame) else str(source)
+    if not isinstance(source, pd.DataFrame) and Path(source).suffix.lower() == ".npz":
+        path = Path(source)
+        if not path.is_file():
+            raise InputFileError(f"{path}: no such file")
+        z = np.load(path, allow_pickle=False)
+        if "labels" not in z.files:
+            raise InputFileError(f"{path}: no array named 'labels' (one label per prompt embedding)")
+        labels = [str(v) for v in z["labels"]]
+        prompts = [str(v) for v in z["prompts"]] if "prompts" in z.files else [""] * len(labels)
+        x, _ = read_embeddings(path)
+    else:
+        df = source.copy() if isinstance(source, pd.DataFrame) else read_raw_table(Path(source))
+        df.columns = [str(c) for c in df.columns]
+        if "label" not in df.columns:
+            raise ColumnError(f"{label}: no 'label' column; columns are {', '.join(df.columns)}")
+        if df["label"].isna().any():
+            raise ColumnError(f"{label}: row {int(np.flatnonzero(df['label'].isna().to_numpy())[0]) + 1}: empty label")
+        labels = df["label"].astype(str).tolist()
+        prompts = df["prompt"].astype(str).tolist() if "prompt" in df.columns else [""] * len(df)
+        rest = df.drop(columns=[c for c in ("label", "prompt") if c in df.columns])
+        rest.insert(0, "_row", [str(i) for i in range(len(rest))])
+        try:
+            x, _ = read_embeddings(rest, id_col="_row")
+        except FairvisionError as exc:
+            raise InputFileError(f"{label}: {str(exc).removeprefix('embeddings: ')}") from None
+    if len(labels) != len(x):
+        raise InputFileError(f"{label}: {len(labels)} labels for {len(x)} embeddings")
+    return x, labels, prompts
+
+
+def pick_probe(text_labels: list[str], prompt_sets: dict[str, dict[str, list[str]]], probe: str | None, *,
+               source: str) -> str | None:
+    """The prompt set the text embeddings belong to, checking every label of it has an embedding.
+
+    With ``probe`` None, the set sharing the most labels with the embeddings (None when none shares any:
+    the labels of the embeddings are then used as they are)."""
+    have = set(text_labels)
+    if probe is None:
+        overlap = {name: len(have & set(labels)) for name, labels in prompt_sets.items()}
+        best = max(overlap, key=overlap.get) if overlap else None
+        if best is None or overlap[best] == 0:
+            return None
+        probe = best
+    if probe not in prompt_sets:
+        raise FairvisionError(f"unknown probe {probe!r}; the prompt file has {', '.join(prompt_sets)}")
+    missing = [lab for lab in prompt_sets[probe] if lab not in have]
+    if missing:
+        raise InputFileError(f"{source}: no text embedding for label {missing[0]!r} of prompt set {probe!r}"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                             + f"; {EMBED_HINT}")
+    extra = sorted(have - set(prompt_sets[probe]))
+    if extra:
+        raise InputFileError(f"{source}: label {extra[0]!r} is not in prompt set {probe!r} "
+                             f"(labels: {', '.join(prompt_sets[probe])})")
+    return probe
+
+
+def label_embeddings(text: np.ndarray, labels: list[str], order: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """One unit vector per label: the mean of its L2-normalised prompt embeddings, normalised again
+    (docs/METHODS.md §12.1)."""
+    text = np.asarray(text, dtype=np.float64)
+    t = text / np.maximum(np.linalg.norm(text, axis=1, keepdims=True), 1e-12)
+    order = order or list(dict.fromkeys(labels))
+    codes = pd.Categorical(labels, categories=order).codes
+    m = sparse.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))), shape=(len(order), len(codes)))
+    mean = np.asarray(m @ t)
+    return mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12), order
+
+
+def zero_shot_labels(images: np.ndarray, label_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Label code (argmax of cosine similarity) and the similarity matrix (docs/METHODS.md §12.1)."""
+    x = np.asarray(images, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
+    sim = (x @ np.asarray(label_vectors, dtype=np.float64).T) / np.maximum(norms, 1e-12)
+    return sim.argmax(axis=1), sim
+
+
+def max_prompt_labels(images: np.ndarray, text: np.ndarray, labels: list[str], order: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Label code of the single most similar prompt, and each label's best prompt similarity
+    (``combine="max"``, FHIBE's rule; docs/METHODS.md §12.1)."""
+    t = np.asarray(text, dtype=np.float64)
+    t = t / np.maximum(np.linalg.norm(t, axis=1, keepdims=True), 1e-12)
+    _, sim = zero_shot_labels(images, t)  # (n, n_prompts)
+    codes = pd.Categorical(labels, categories=order).codes
+    best = np.full((sim.shape[0], len(order)), -np.inf)
+    for j in range(len(order)):  # one column block per label (a handful), vectorised over images
+        best[:, j] = sim[:, codes == j].max(axis=1)
+    return best.argmax(axis=1), best
+
+
+@dataclass
+class VLMResult:
+    """Result of :func:`audit_vlm`.
+
+    ``rates``: one row per (attribute, group, quantity) with ``quantity`` a label (its rate) or ``error``:
+    ``n_samples``, ``n_subjects``, ``estimate``, ``ci_low``, ``ci_high``, ``level``, ``rest``, ``difference``
+    (group minus rest) with ``diff_ci_low`` / ``diff_ci_high``, ``statistic``, ``pvalue``, ``pvalue_adjusted``,
+    ``flagged``. ``independence``: chi-square of label x group per attribute. ``npmi``: long table of NPMI.
+    ``predictions``: ``sample_id``, ``predicted`` (and ``true``), one similarity column per label.
+    """
+
+    labels: list[str]
+    probe: str | None
+    predictions: pd.DataFrame
+    rates: pd.DataFrame
+    independence: pd.DataFrame
+    npmi: pd.DataFrame
+    counts: dict[str, pd.DataFrame]
+    alpha: float
+    correction: str
+    meta: dict = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.rates
+
+    def quantities(self) -> dict[str, float]:
+        """Names for ``--fail-if``: ``n_flagged``, ``max_gap``, ``max_unspecified_gap``, ``max_error_gap``,
+        ``rate.<attr>.<group>.<label>``, ``gap.<attr>.<group>.<label|error>``, ``error_rate.<attr>.<group>``,
+        ``chi2_pvalue.<attr>``."""
+        r = self.rates
+        q: dict[str, float] = {"n_flagged": float(r["flagged"].sum()),
+                               "max_gap": float(r["difference"].abs().max()) if len(r) else 0.0}
+        for name, lab in (("max_unspecified_gap", UNSPECIFIED), ("max_error_gap", "error")):
+            sub = r.loc[r["quantity"] == lab, "difference"].abs()
+            q[name] = float(sub.max()) if sub.notna().any() else 0.0
+        for row in r.itertuples(index=False):
+            key = f"{row.attribute}.{row.group}.{row.quantity}"
+            if row.quantity == "error":
+                q[f"error_rate.{row.attribute}.{row.group}"] = float(row.estimate)
+            else:
+                q[f"rate.{key}"] = float(row.estimate)
+            q[f"gap.{key}"] = float(row.difference)
+        for row in self.independence.itertuples(index=False):
+            q[f"chi2_pvalue.{row.attribute}"] = float(row.pvalue)
+        return q
+
+
+def _align(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.ndarray:
+    if id_col not in data.columns:
+        raise ColumnError(f"samples: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
+    pos = pd.Index(ids).get_indexer(data[id_col].astype(str))
+    if (pos < 0).any():
+        bad = data[id_col].astype(str).to_numpy()[pos < 0]
+        raise InputFileError(f"{source}: no embedding for {id_col} {bad[0]!r}"
+                             + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "") + " of the sample table")
+    return pos
+
+
+def _replicates(mat: sparse.csr_matrix, n_boot: int, seed, max_cells: int = 20_000_000) -> np.ndarray:
+    """(n_boot, cols) column sums of the per-subject matrix ``mat`` under cluster-bootstrap weights, drawn in
+    chunks so the weights never hold more than ``max_cells`` numbers (the draws do not depend on the chunk)."""
+    n_clusters = mat.shape[0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, max_cells // max(1, n_clusters)))
+    out = np.empty((n_boot, mat.shape[1]))
+    # a dense per-subject matrix turns each chunk into one BLAS product; sparse when it would be large
+    per_subject = mat.toarray() if mat.shape[0] * mat.shape[1] <= max_cells else None
+    mt = mat.T.tocsr()
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        w = cluster_bootstrap_weights(n_clusters, stop - start, rng)
+        out[start:stop] = w @ per_subject if per_subject is not None else np.asarray(mt @ w.T).T
+    return out
+
+
+def audit_vlm(
+    data: pd.DataFrame,
+    image_embeddings,
+    text_embeddings,
+    attrs: list[str],
+    *,
+    id_col: str = "sample_id",
+    subject_col: str | None = "subject_id",
+    true_col: str | None = None,
+    prompt_sets: dict[str, dict[str, list[str]]] | None = None,
+    probe: str | None = None,
+    combine: str = "mean",
+    schema=None,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    alpha: float = 0.05,
+    correction: str = DEFAULT_CORRECTION,
+    seed: int | np.random.Generator | None = 0,
+) -> VLMResult:
+    """Zero-shot probe of a vision-language model from precomputed embeddings (docs/METHODS.md §12.1).
+
+    Parameters
+    ----------
+    data : pandas.DataFrame
+        Sample table: ``id_col``, optional ``subject_col``, the attribute columns, optional ``true_col``.
+    image_embeddings : path-like, array or DataFrame
+        Read with :func:`fairvision.io.embeddings.read_embeddings`; ids must cover ``data[id_col]``.
+    text_embeddings : path-like or DataFrame
+        Prompt embeddings with labels (:func:`read_text_embeddings`), from the same model.
+    attrs : list of str
+        Group attributes.
+    true_col : str, optional
+        Column of the true label; adds per-group error rates.
+    prompt_sets, probe
+        Prompt sets (default the bundled ones) and the one the text embeddings belong to (default: the set
+        sharing most labels; every label of it must have an embedding).
+    combine : {"mean", "max"}
+        ``"mean"``: the label whose normalised mean prompt embedding is most similar (default); ``"max"``: the
+        label of the single most similar prompt (FHIBE's rule).
+    n_boot, level, alpha, correction, seed
+        Subject bootstrap replicates, CI level, significance level, multiple-testing correction, randomness.
+
+    Returns
+    -------
+    VLMResult
+    """
+    img_src = "image embeddings" if not isinstance(image_embeddings, (str, Path)) else str(image_embeddings)
+    txt_src = "text embeddings" if not isinstance(text_embeddings, (str, Path)) else str(text_embeddings)
+    x, ids = read_embeddings(image_embeddings)
+    t, tlabels, _ = read_text_embeddings(text_embeddings)
+    if t.shape[1] != x.shape[1]:
+        raise InputFileError(f"{txt_src}: text embeddings have {t.shape[1]} dimensions, the image embeddings "
+                             f"({img_src}) {x.shape[1]}: they must come from the same model")
+    sets = load_prompt_sets() if prompt_sets is None else prompt_sets
+    probe = pick_probe(tlabels, sets, probe, source=txt_src)
+    order = list(sets[probe]) if probe else list(dict.fromkeys(tlabels))
+    data = data.reset_index(drop=True)
+    source = data.attrs.get("source", "samples")
+    pos = _align(data, ids, id_col, img_src)
+    if combine == "mean":
+        vec, labels = label_embeddings(t, tlabels, order)
+        pred, sim = zero_shot_labels(x[pos], vec)
+    elif combine == "max":
+        labels = order
+        pred, sim = max_prompt_labels(x[pos], t, tlabels, order)
+    else:
+        raise FairvisionError(f"combine must be 'mean' or 'max', not {combine!r}")
+    k, n = len(labels), len(data)
+    if subject_col is not None and subject_col not in data.columns:
+        subject_col = None if subject_col == "subject_id" else subject_col
+    clusters = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
+    n_clusters = int(clusters.max()) + 1
+
+    preds = pd.DataFrame({id_col: data[id_col].astype(str).to_numpy(), "predicted": np.asarray(labels)[pred]})
+    quantities = list(labels)
+    values = [(pred == j).astype(float) for j in range(k)]
+    if true_col is not None:
+        if true_col not in data.columns:
+            raise ColumnError(f"{source}: no true-label column {true_col!r}; columns are {', '.join(map(str, data.columns))}")
+        truth = data[true_col]
+        known = truth.notna().to_numpy()
+        tv = truth.astype(str).to_numpy()
+        unknown = sorted(set(tv[known]) - set(labels))
+        if unknown:
+            raise ColumnError(f"{source}: column {true_col!r}: value {unknown[0]!r} is not a label of the probe "
+                              f"({', '.join(labels)})")
+        preds["true"] = truth.to_numpy()
+        values.append(np.where(known, (tv != preds["predicted"].to_numpy()).astype(float), np.nan))
+        quantities.append("error")
+    for j, lab in enumerate(labels):
+        preds[f"similarity_{lab}"] = sim[:, j]
+    vals = np.stack(values, axis=1)  # (n, q)
+    q = vals.shape[1]
+    ok = ~np.isnan(vals)
+    v0 = np.nan_to_num(vals)
+
+    all_rows = np.repeat(np.arange(q)[None, :], n, axis=0).ravel()
+    cl_rep = np.repeat(clusters[:, None], q, axis=1).ravel()
+    okf = ok.astype(float)
+
+    rows, independence, npmi_rows, counts = [], [], [], {}
+    for m in memberships(data, attrs, schema, source=source):
+        g = m.n_groups
+        r, c = m.rows, m.codes
+        # one (n_clusters x cols) matrix of per-subject sums: group x quantity sums and counts, then totals
+        cell = (c[:, None] * q + np.arange(q)[None, :]).ravel()
+        cl = np.repeat(clusters[r], q)
+        gq = g * q
+        mat = sparse.csr_matrix(
+            (np.concatenate([v0[r].ravel(), okf[r].ravel(), v0.ravel(), okf.ravel()]),
+             (np.concatenate([cl, cl, cl_rep, cl_rep]),
+              np.concatenate([cell, gq + cell, 2 * gq + all_rows, 2 * gq + q + all_rows]))),
+            shape=(n_clusters, 2 * gq + 2 * q))
+        full = np.asarray(mat.sum(axis=0)).ravel()
+        reps = _replicates(mat, n_boot, seed)
+        est_s, est_n = full[:gq].reshape(g, q), full[gq:2 * gq].reshape(g, q)
+        all_s, all_n = full[2 * gq:2 * gq + q], full[2 * gq + q:]
+        rep_s, rep_n = reps[:, :gq].reshape(n_boot, g, q), reps[:, gq:2 * gq].reshape(n_boot, g, q)
+        rep_as, rep_an = reps[:, None, 2 * gq:2 * gq + q], reps[:, None, 2 * gq + q:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            est = est_s / est_n
+            rest = (all_s - est_s) / (all_n - est_n)
+            rep = rep_s / rep_n
+            rep_diff = rep - (rep_as - rep_s) / (rep_an - rep_n)
+        lo, hi = percentile_ci(rep, level)
+        dlo, dhi = percentile_ci(rep_diff, level)
+        subj = np.array([len(np.unique(clusters[r[c == gi]])) for gi in range(g)])
+        ns = np.bincount(c, minlength=g)
+        ct = np.bincount(c * k + pred[r], minlength=g * k).reshape(g, k)
+        table = pd.DataFrame(ct, index=pd.Index(m.categories, name=m.name), columns=pd.Index(labels, name="predicted"))
+        counts[m.name] = table
+        chi = chi2_test(table, seed=seed, label=f"{m.name} x predicted label", warn=False)
+        independence.append({"attribute": m.name, "statistic": chi.statistic, "df": chi.df, "pvalue": chi.pvalue,
+                             "cramers_v": getattr(chi, "cramers_v", np.nan), "n": int(ct.sum())})
+        if ct.sum() > 0:
+            nm = npmi(table.astype(float), m.name, "predicted")
+            for gi, grp in enumerate(m.categories):
+                for j, lab in enumerate(labels):
+                    npmi_rows.append({"attribute": m.name, "group": grp, "label": lab, "npmi": float(nm.iloc[gi, j])})
+        for gi, grp in enumerate(m.categories):
+            for qi, quant in enumerate(quantities):
+                a, b = est_s[gi, qi], est_n[gi, qi]
+                cc, dd = all_s[qi] - a, all_n[qi] - b
+                stat, p = np.nan, np.nan
+                if b > 0 and dd > 0:
+                    res = chi2_test(np.array([[a, b - a], [cc, dd - cc]]), seed=seed, warn=False)
+                    stat, p = res.statistic, res.pvalue
+                rows.append({"attribute": m.name, "group": grp, "quantity": quant, "n_samples": int(ns[gi]),
+                             "n_subjects": int(subj[gi]), "estimate": est[gi, qi], "ci_low": lo[gi, qi],
+                             "ci_high": hi[gi, qi], "level": level, "rest": rest[gi, qi],
+                             "difference": est[gi, qi] - rest[gi, qi], "diff_ci_low": dlo[gi, qi],
+                             "diff_ci_high": dhi[gi, qi], "statistic": stat, "pvalue": p})
+    rates = pd.DataFrame(rows)
+    padj = np.full(len(rates), np.nan)
+    have = rates["pvalue"].notna().to_numpy()
+    if have.any():
+        padj[have] = adjust_pvalues(rates.loc[have, "pvalue"].to_numpy(), correction)
+    rates["pvalue_adjusted"] = padj
+    excludes = (rates["diff_ci_low"] > 0) | (rates["diff_ci_high"] < 0)
+    rates["flagged"] = (rates["pvalue_adjusted"] < alpha) & excludes
+    ind = pd.DataFrame(independence)
+    if len(ind):
+        ind["pvalue_adjusted"] = adjust_pvalues(ind["pvalue"].to_numpy(), correction)
+    return VLMResult(labels=labels, probe=probe, predictions=preds, rates=rates, independence=ind,
+                     npmi=pd.DataFrame(npmi_rows, columns=["attribute", "group", "label", "npmi"]), counts=counts,
+                     alpha=alpha, correction=correction,
+                     meta={"n_samples": n, "n_subjects": n_clusters, "n_prompts": len(tlabels), "n_boot": n_boot,
+                           "combine": combine})
