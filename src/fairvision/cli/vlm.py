@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
+from fairvision.cli.common import check_outdir, check_output_file, done, exit_if_gates_failed
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
@@ -67,6 +67,74 @@ def audit_vlm_cmd(
     exit_if_gates_failed(evaluated)
 
 
+def variants_cmd(
+    samples: Path = typer.Option(..., "--samples", help="Sample table with sample_id and the image path column."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for <sample_id>__<variant>.png and variants.csv."),
+    masks: Optional[Path] = typer.Option(None, "--masks", help="Folder of person masks (<sample_id>.png or <image stem>.png; non-black = person). Images without one use --box-cols or mediapipe selfie segmentation."),
+    box_cols: Optional[str] = typer.Option(None, "--box-cols", help="Four columns x0,y0,x1,y1 of a person box in pixels, used where no mask file exists."),
+    sigma: Optional[float] = typer.Option(None, "--sigma", help="Gaussian blur sigma in pixels for person_blur (default 5% of the longer side)."),
+    image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (default: image_path or a common alias)."),
+):
+    """Write FHIBE's four image variants of every image (original, person_black, person_blur, background_black)
+    as PNGs with a table variants.csv, to embed with your own model and probe with `audit vlm zero-shot`
+    (docs/METHODS.md §12.2)."""
+    check_outdir(output)
+    cols = None
+    if box_cols is not None:
+        cols = tuple(c.strip() for c in box_cols.split(","))
+        if len(cols) != 4 or not all(cols):
+            raise FairvisionError(f"--box-cols needs four column names x0,y0,x1,y1, not {box_cols!r}")
+    if sigma is not None and not sigma > 0:
+        raise FairvisionError(f"--sigma must be positive, not {sigma}")
+    # lazy: numpy, pandas and OpenCV cost about 1.5 s, ten times the CLI's start-up
+    from fairvision.audits.vlm_variants import write_variants
+    from fairvision.io.tables import read_table
+
+    data = read_table(samples, image_col=image_col)
+    if "image_path" not in data.columns:
+        raise FairvisionError(f"{samples}: no image path column (image_path, path, filename, file_name); pass --image-col")
+    table = write_variants(data, output, masks_dir=masks, box_cols=cols, sigma=sigma)
+    n_img = table["sample_id"].nunique()
+    how = table.drop_duplicates("sample_id")["mask_source"].value_counts().to_dict()
+    typer.echo(f"variants: {(output / 'variants.csv').resolve()}")
+    typer.echo(f"{len(table)} images ({n_img} x {table['variant'].nunique()} variants); person masks: "
+               + ", ".join(f"{k} {v}" for k, v in how.items()))
+
+
+def compare_cmd(
+    samples: Path = typer.Option(..., "--samples", help="Sample table of the original images: sample_id, subject_id (optional), the attribute columns."),
+    first: Path = typer.Option(..., "--first", help="predictions.parquet of `audit vlm zero-shot` on the first variant (sample_id, predicted)."),
+    second: Path = typer.Option(..., "--second", help="predictions.parquet of `audit vlm zero-shot` on the second variant."),
+    attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Output table of the changes (.csv or .parquet)."),
+    subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit)."),
+    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing when a condition holds, e.g. 'n_flagged>0', 'max_change>0.1'."),
+):
+    """Change of each zero-shot label's rate per group between two image variants: McNemar's exact test on the
+    paired images and a subject-bootstrap CI of the change, corrected across groups (docs/METHODS.md §12.2)."""
+    check_output_file(output, (".csv", ".parquet"))
+    if correction not in CORRECTIONS:
+        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    conditions = [parse_condition(c) for c in fail_if]
+    # lazy: numpy and pandas cost about 1 s, several times the CLI's start-up
+    from fairvision.audits.vlm_variants import compare_variants
+    from fairvision.io.tables import read_raw_table, read_table, write_table
+
+    data = read_table(samples)
+    preds = [read_raw_table(p) for p in (first, second)]
+    res = compare_variants(data, preds[0], preds[1], attr, names=(str(first), str(second)), subject_col=subject_col,
+                           n_boot=n_boot, level=0.95, alpha=alpha, correction=correction, seed=seed)
+    evaluated = evaluate_conditions(conditions, res.quantities()) if conditions else []
+    write_table(res.changes, output)
+    typer.echo(f"changes: {output.resolve()}")
+    typer.echo(f"{len(res.labels)} labels; {int(res.changes['flagged'].sum())} group changes flagged")
+    exit_if_gates_failed(evaluated)
+
+
 vlm_app = typer.Typer(
     help="Probe a vision-language model: zero-shot labels by group (more probes, e.g. VQA, join this group).",
     no_args_is_help=True,
@@ -75,4 +143,6 @@ vlm_app = typer.Typer(
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     vlm_app.command("zero-shot")(audit_vlm_cmd)
+    vlm_app.command("variants")(variants_cmd)
+    vlm_app.command("compare")(compare_cmd)
     audit_app.add_typer(vlm_app, name="vlm")

@@ -1,0 +1,268 @@
+"""Image variants for the vision-language probe and the paired change between them (docs/METHODS.md §12.2).
+
+FHIBE probes a model on four versions of every image: the original, the person blacked out, the person blurred,
+and the background blacked out. :func:`make_variants` builds them from an image and a person mask;
+:func:`write_variants` writes them for a sample table so the user can embed them with their own model; and
+:func:`compare_variants` takes the zero-shot predictions of two variants (``VLMResult.predictions``) and reports,
+per group and label, how much the label's rate changes, with McNemar's exact test on the paired images and a
+subject-bootstrap CI of the change.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pandas as pd
+
+from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.groups import memberships, subject_codes
+from fairvision.io.atomic import atomic_output_dir, atomic_write_bytes
+from fairvision.io.images import encode_png, read_image
+from fairvision.io.masks import mask_index, find_mask
+from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
+from fairvision.stats.stratified import mcnemar
+from fairvision.vision.person_mask import person_mask
+
+#: FHIBE's four variants, in order
+VARIANTS = ("original", "person_black", "person_blur", "background_black")
+#: Gaussian blur strength: sigma as a share of the image's longer side
+BLUR_SIGMA_SHARE = 0.05
+
+
+def _check(image: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    img = np.asarray(image)
+    m = np.asarray(mask, dtype=bool)
+    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+        raise FairvisionError(f"image variants need an (H, W, 3) uint8 RGB image, got {img.dtype} {img.shape}")
+    if m.shape != img.shape[:2]:
+        raise FairvisionError(f"person mask shape {m.shape} does not match the image {img.shape[:2]}")
+    return img, m
+
+
+def person_black(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The image with the person's pixels (``mask`` True) set to black."""
+    img, m = _check(image, mask)
+    return np.where(m[:, :, None], np.uint8(0), img)
+
+
+def background_black(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The image with every pixel outside the person mask set to black."""
+    img, m = _check(image, mask)
+    return np.where(m[:, :, None], img, np.uint8(0))
+
+
+def person_blur(image: np.ndarray, mask: np.ndarray, *, sigma: float | None = None) -> np.ndarray:
+    """The image with the person's pixels replaced by a strong Gaussian blur of the image; the rest unchanged.
+
+    ``sigma`` defaults to :data:`BLUR_SIGMA_SHARE` of the longer side (25 px on a 500 px portrait), enough to
+    remove facial features; the kernel spans +-3 sigma.
+    """
+    img, m = _check(image, mask)
+    s = float(sigma) if sigma is not None else BLUR_SIGMA_SHARE * max(img.shape[:2])
+    if not np.isfinite(s) or s <= 0:
+        raise FairvisionError(f"blur sigma must be positive, not {sigma!r}")
+    blurred = cv2.GaussianBlur(img, (0, 0), sigmaX=s, sigmaY=s, borderType=cv2.BORDER_REFLECT101)
+    return np.where(m[:, :, None], blurred, img)
+
+
+def make_variants(image: np.ndarray, mask: np.ndarray, *, sigma: float | None = None) -> dict[str, np.ndarray]:
+    """FHIBE's four variants of an image (docs/METHODS.md §12.2): ``{variant: (H, W, 3) uint8 RGB}``."""
+    img, m = _check(image, mask)
+    return {"original": img.copy(), "person_black": person_black(img, m),
+            "person_blur": person_blur(img, m, sigma=sigma), "background_black": background_black(img, m)}
+
+
+def variant_name(sample_id: str, variant: str) -> str:
+    """File name of a variant image: ``<sample_id>__<variant>.png``."""
+    return f"{sample_id}__{variant}.png"
+
+
+def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: str | os.PathLike | None = None,
+                   box_cols: tuple[str, str, str, str] | None = None, id_col: str = "sample_id",
+                   image_col: str = "image_path", sigma: float | None = None,
+                   variants: tuple[str, ...] = VARIANTS) -> pd.DataFrame:
+    """Write the variants of every image of a sample table as PNGs and a table of them (docs/METHODS.md §12.2).
+
+    The person mask of an image is, in this order: its mask file under ``masks_dir`` (``<sample_id>.png`` or
+    ``<image stem>.png``), its box from the ``box_cols`` columns (x0, y0, x1, y1 in pixels), or mediapipe selfie
+    segmentation. Everything is staged and moved into ``outdir`` only when all images succeeded.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (image, variant): ``sample_id``, ``variant``, ``image_path`` (the written PNG, absolute),
+        ``source_image``, ``mask_source`` (file, box, selfie) and ``person_fraction`` (share of pixels in the mask);
+        also written as ``variants.csv``. The other columns of ``data`` follow, so the table is a sample table
+        for ``audit vlm zero-shot`` once filtered to one variant.
+    """
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad:
+        raise FairvisionError(f"unknown image variant {bad[0]!r}; variants are {', '.join(VARIANTS)}")
+    source = data.attrs.get("source", "samples")
+    for col in (id_col, image_col) + tuple(box_cols or ()):
+        if col not in data.columns:
+            raise ColumnError(f"{source}: no column {col!r}; columns are {', '.join(map(str, data.columns))}")
+    ids = data[id_col].astype(str)
+    if ids.duplicated().any():
+        raise ColumnError(f"{source}: {id_col} {ids[ids.duplicated()].iloc[0]!r} appears twice")
+    index = mask_index(masks_dir) if masks_dir is not None else None
+    outdir = Path(outdir)
+    rows = []
+    with atomic_output_dir(outdir) as stage:
+        for i, (sid, path) in enumerate(zip(ids, data[image_col].astype(str))):
+            img = read_image(path)
+            mpath = find_mask(index, sid, path) if index is not None else None
+            box = None
+            if mpath is None and box_cols is not None:
+                vals = data.iloc[i][list(box_cols)]
+                box = None if vals.isna().any() else vals.to_numpy(dtype=float)
+            mask, how = person_mask(img, mask_path=mpath, box=box)
+            frac = float(mask.mean())
+            made = make_variants(img, mask, sigma=sigma)
+            for v in variants:
+                name = variant_name(sid, v)
+                atomic_write_bytes(stage / name, encode_png(made[v]))
+                rows.append({"sample_id": sid, "variant": v, "image_path": str((outdir / name).resolve()),
+                             "source_image": path, "mask_source": how, "person_fraction": frac})
+        table = pd.DataFrame(rows)
+        rest = data.drop(columns=[c for c in (image_col,) if c in data.columns]).copy()
+        rest[id_col] = ids.to_numpy()
+        if id_col != "sample_id":
+            rest = rest.rename(columns={id_col: "sample_id"})
+        rest = rest.drop(columns=[c for c in table.columns if c != "sample_id" and c in rest.columns])
+        table = table.merge(rest, on="sample_id", how="left")
+        atomic_write_bytes(stage / "variants.csv", table.to_csv(index=False).encode())
+    return table
+
+
+@dataclass
+class VariantComparison:
+    """Result of :func:`compare_variants`.
+
+    ``changes``: one row per (attribute, group, label): ``n_samples``, ``n_subjects``, ``rate_first``,
+    ``rate_second``, ``estimate`` (second minus first), ``ci_low``, ``ci_high``, ``level``, ``b`` (images with
+    the label in the first variant only), ``c`` (second only), ``statistic``, ``pvalue`` (McNemar exact),
+    ``pvalue_adjusted``, ``flagged``.
+    """
+
+    first: str
+    second: str
+    labels: list[str]
+    changes: pd.DataFrame
+    alpha: float
+    correction: str
+    meta: dict = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.changes
+
+    def quantities(self) -> dict[str, float]:
+        """``n_flagged``, ``max_change`` and ``change.<attr>.<group>.<label>`` for ``--fail-if``."""
+        c = self.changes
+        q = {"n_flagged": float(c["flagged"].sum()),
+             "max_change": float(c["estimate"].abs().max()) if c["estimate"].notna().any() else 0.0}
+        for row in c.itertuples(index=False):
+            q[f"change.{row.attribute}.{row.group}.{row.label}"] = float(row.estimate)
+        return q
+
+
+def _predicted(pred: pd.DataFrame, ids: pd.Series, id_col: str, name: str) -> np.ndarray:
+    for col in (id_col, "predicted"):
+        if col not in pred.columns:
+            raise ColumnError(f"{name}: no column {col!r}; columns are {', '.join(map(str, pred.columns))}")
+    pid = pred[id_col].astype(str)
+    if pid.duplicated().any():
+        raise ColumnError(f"{name}: {id_col} {pid[pid.duplicated()].iloc[0]!r} appears twice")
+    pos = pd.Index(pid).get_indexer(ids)
+    if (pos < 0).any():
+        raise InputFileError(f"{name}: no prediction for {id_col} {ids.to_numpy()[pos < 0][0]!r} of the sample table")
+    return pred["predicted"].astype(str).to_numpy()[pos]
+
+
+def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFrame, attrs: list[str], *,
+                     names: tuple[str, str] = ("first", "second"), labels: list[str] | None = None,
+                     id_col: str = "sample_id", subject_col: str | None = "subject_id", schema=None,
+                     n_boot: int = 1000, level: float = 0.95, alpha: float = 0.05,
+                     correction: str = DEFAULT_CORRECTION,
+                     seed: int | np.random.Generator | None = 0) -> VariantComparison:
+    """Change of each zero-shot label's rate per group between two variants of the same images
+    (docs/METHODS.md §12.2).
+
+    Parameters
+    ----------
+    data : pandas.DataFrame
+        Sample table of the original images: ``id_col``, optional ``subject_col``, attribute columns.
+    first, second : pandas.DataFrame
+        Predictions (``id_col``, ``predicted``) on the two variants, e.g. ``VLMResult.predictions``; both must
+        cover every sample of ``data``.
+    attrs : list of str
+        Group attributes.
+    names : (str, str)
+        Names of the two variants (reported only).
+    labels : list of str, optional
+        Labels to report (default: every label predicted in either variant, in order of appearance).
+    n_boot, level, alpha, correction, seed
+        Subject bootstrap replicates, CI level, significance level, multiple-testing correction, randomness.
+
+    Returns
+    -------
+    VariantComparison
+    """
+    data = data.reset_index(drop=True)
+    source = data.attrs.get("source", "samples")
+    if id_col not in data.columns:
+        raise ColumnError(f"{source}: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
+    ids = data[id_col].astype(str)
+    p1 = _predicted(first, ids, id_col, names[0])
+    p2 = _predicted(second, ids, id_col, names[1])
+    labels = list(labels) if labels is not None else list(dict.fromkeys(np.concatenate([p1, p2]).tolist()))
+    if subject_col is not None and subject_col not in data.columns:
+        subject_col = None if subject_col == "subject_id" else subject_col
+    clusters = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
+    n_clusters = int(clusters.max()) + 1
+    weights = cluster_bootstrap_weights(n_clusters, n_boot, seed)
+    rows = []
+    for m in memberships(data, attrs, schema, source=source):
+        r, c, g = m.rows, m.codes, m.n_groups
+        ns = np.bincount(c, minlength=g)
+        subj = np.array([len(np.unique(clusters[r[c == gi]])) for gi in range(g)])
+        for lab in labels:
+            a = (p1[r] == lab)
+            b = (p2[r] == lab)
+            d = b.astype(float) - a.astype(float)
+            rep = group_mean_replicates(d, c, clusters[r], weights, n_groups=g)
+            lo, hi = percentile_ci(rep, level)
+            for gi, grp in enumerate(m.categories):
+                sel = c == gi
+                if not sel.any():
+                    rows.append({"attribute": m.name, "group": grp, "label": lab, "n_samples": 0, "n_subjects": 0,
+                                 "rate_first": np.nan, "rate_second": np.nan, "estimate": np.nan, "ci_low": np.nan,
+                                 "ci_high": np.nan, "level": level, "b": 0, "c": 0, "statistic": np.nan,
+                                 "pvalue": np.nan})
+                    continue
+                t = mcnemar(a[sel], b[sel], exact=True)
+                r1, r2 = float(a[sel].mean()), float(b[sel].mean())
+                rows.append({"attribute": m.name, "group": grp, "label": lab, "n_samples": int(ns[gi]),
+                             "n_subjects": int(subj[gi]), "rate_first": r1, "rate_second": r2, "estimate": r2 - r1,
+                             "ci_low": float(lo[gi]), "ci_high": float(hi[gi]), "level": level, "b": t.b, "c": t.c,
+                             "statistic": t.statistic, "pvalue": t.pvalue})
+    changes = pd.DataFrame(rows)
+    padj = np.full(len(changes), np.nan)
+    have = changes["pvalue"].notna().to_numpy() if len(changes) else np.zeros(0, bool)
+    if have.any():
+        padj[have] = adjust_pvalues(changes.loc[have, "pvalue"].to_numpy(), correction)
+    changes["pvalue_adjusted"] = padj
+    if len(changes):
+        excludes = (changes["ci_low"] > 0) | (changes["ci_high"] < 0)
+        changes["flagged"] = (changes["pvalue_adjusted"] < alpha) & excludes
+    else:
+        changes["flagged"] = pd.Series(dtype=bool)
+    return VariantComparison(first=names[0], second=names[1], labels=labels, changes=changes, alpha=alpha,
+                             correction=correction, meta={"n_samples": len(data), "n_subjects": n_clusters,
+                                                          "n_boot": n_boot})
