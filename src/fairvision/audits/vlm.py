@@ -13,7 +13,6 @@ that embedded the images.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -26,6 +25,7 @@ from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import memberships, subject_codes
 from fairvision.io.embeddings import read_embeddings
 from fairvision.io.tables import read_raw_table
+from fairvision.io.toml import read_toml
 from fairvision.stats.association import npmi
 from fairvision.stats.chisquare import chi2_test
 from fairvision.stats.constants import DEFAULT_CORRECTION
@@ -58,13 +58,7 @@ def load_prompt_sets(path: str | Path | None = None) -> dict[str, dict[str, list
         Probe name -> label -> prompts, in file order.
     """
     path = Path(path) if path is not None else default_prompts_path()
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputFileError(f"{path}: not valid TOML: {exc}") from None
+    doc = read_toml(path)
     out: dict[str, dict[str, list[str]]] = {}
     for name, body in doc.items():
         labels = body.get("labels") if isinstance(body, dict) else None

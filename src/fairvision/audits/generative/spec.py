@@ -10,7 +10,6 @@ spec file's folder. :func:`starter_spec` is the commented spec that
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pandas as pd
 from fairvision.datasets import demo_path, from_folder, load_portraits
 from fairvision.errors import FairvisionError, InputFileError
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, read_table
+from fairvision.io.toml import read_toml
 from fairvision.stats.corrections import DEFAULT_CORRECTION
 
 WORDS_FILE = "generative/words.toml"
@@ -80,13 +80,7 @@ def default_words() -> tuple[dict[str, list[str]], dict[str, str]]:
 def read_words(path: str | Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Words by topic (``[words]``) and templates by topic (``[templates]``) from a TOML file."""
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such word list") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputFileError(f"{path}: not valid TOML: {exc}") from None
+    doc = read_toml(path, what="word list")
     words = doc.get("words")
     if not isinstance(words, dict) or not words:
         raise InputFileError(f"{path}: needs a [words] table of topic = [word, ...]")
@@ -209,13 +203,7 @@ def _read_generators(doc: dict, path: Path) -> list[dict]:
 def load_spec(path: str | Path) -> GenerativeSpec:
     """Read and validate a spec file; every error names the file and the table."""
     path = Path(path)
-    if not path.is_file():
-        raise InputFileError(f"{path}: no such spec file")
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputFileError(f"{path}: not valid TOML: {exc}") from None
+    doc = read_toml(path, what="spec file")
     base = path.resolve().parent
     assessors = {**DEFAULTS["assessors"], **_table(doc, "assessors", path)}
     thresholds = {**DEFAULTS["thresholds"], **_table(doc, "thresholds", path)}
