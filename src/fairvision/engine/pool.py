@@ -187,6 +187,14 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def checked_workers(workers: int | None) -> int:
+    """The number of workers as an int (None or 0 mean 1); fewer than one is an error."""
+    workers = int(workers or 1)
+    if workers < 1:
+        raise FairvisionError(f"workers must be at least 1, got {workers}")
+    return workers
+
+
 def auto_chunksize(n: int, workers: int) -> int:
     """Items per chunk (task or Ray batch) for ``n`` items on ``workers`` workers."""
     # about 8 chunks per worker: enough to balance load, few enough to keep IPC small
@@ -281,9 +289,7 @@ def imap(
     """
     items = list(items)
     n = len(items)
-    workers = int(workers or 1)
-    if workers < 1:
-        raise FairvisionError(f"workers must be at least 1, got {workers}")
+    workers = checked_workers(workers)
     if n == 0:
         return
     indexed = list(enumerate(items))
@@ -357,11 +363,3 @@ def imap(
                 "'if __name__ == \"__main__\":' guard)"
             )
 
-
-def map_items(fn: Callable[[Any], Any], items: Iterable[Any], **kw) -> list[Outcome]:
-    """:func:`imap` collected into a list, in input order (see :func:`imap` for options)."""
-    kw.setdefault("ordered", True)
-    out = list(imap(fn, items, **kw))
-    if not kw["ordered"]:
-        out.sort(key=lambda o: o.index)
-    return out

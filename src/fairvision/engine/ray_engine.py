@@ -35,7 +35,16 @@ import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 from fairvision.errors import FairvisionError
-from fairvision.engine.pool import Failure, Outcome, Reorderer, auto_chunksize, one_line, run_chunk, start_worker
+from fairvision.engine.pool import (
+    Failure,
+    Outcome,
+    Reorderer,
+    auto_chunksize,
+    checked_workers,
+    one_line,
+    run_chunk,
+    start_worker,
+)
 
 _INSTALL_HINT = "the ray engine needs Ray: install fairvision[ray] (pip install 'fairvision[ray]')"
 
@@ -166,9 +175,7 @@ def imap(
         raise TypeError(f"imap() got unexpected keyword arguments {', '.join(sorted(unknown))}")
     items = list(items)
     n = len(items)
-    workers = int(workers or 1)
-    if workers < 1:
-        raise FairvisionError(f"workers must be at least 1, got {workers}")
+    workers = checked_workers(workers)
     if n == 0:
         return
     size = int(chunksize) if chunksize else auto_chunksize(n, workers)
