@@ -42,7 +42,7 @@ audit_app = typer.Typer(
 app.add_typer(audit_app, name="audit")
 
 COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score", "store", "generative",
-                   "transfer", "vlm")
+                   "transfer", "vlm", "curate")
 
 
 def _version_callback(value: bool):

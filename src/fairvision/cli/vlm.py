@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 from pathlib import Path
 from typing import List, Optional
@@ -141,8 +142,20 @@ vlm_app = typer.Typer(
 )
 
 
+#: modules adding ``audit vlm`` commands: ``embed`` (model adapters), ``vqa`` (question answering)
+VLM_PARTS = ("vlm_embed", "vlm_vqa")
+
+
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     vlm_app.command("zero-shot")(audit_vlm_cmd)
     vlm_app.command("variants")(variants_cmd)
     vlm_app.command("compare")(compare_cmd)
+    for name in VLM_PARTS:  # further commands, each in its own module with register(vlm_app)
+        try:
+            mod = importlib.import_module(f"fairvision.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"fairvision.cli.{name}":
+                raise
+            continue
+        mod.register(vlm_app)
     audit_app.add_typer(vlm_app, name="vlm")

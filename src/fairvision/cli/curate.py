@@ -1,0 +1,33 @@
+"""``fairvision curate ...``: responsible-curation commands (docs/METHODS.md §13).
+
+Each command lives in its own module (``curate_diversity``, ``curate_visual``, ``curate_agreement``,
+``curate_withdraw``, ``curate_faces``, ``curate_qa``) with a ``register(curate_app)`` function, so this
+module stays a list and every command imports its heavy dependencies only when it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+curate_app = typer.Typer(
+    help=("Curate a human-centric image dataset responsibly: diversity beyond head counts, visual statistics "
+          "by group, annotation agreement, consent withdrawal with balanced replacement, derived face sets and "
+          "image quality checks."),
+    no_args_is_help=True,
+)
+
+PARTS = ("curate_diversity", "curate_visual", "curate_agreement", "curate_withdraw", "curate_faces", "curate_qa")
+
+
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    for name in PARTS:
+        try:
+            mod = importlib.import_module(f"fairvision.cli.{name}")
+        except ModuleNotFoundError as exc:  # a part not built yet
+            if exc.name != f"fairvision.cli.{name}":
+                raise
+            continue
+        mod.register(curate_app)
+    app.add_typer(curate_app, name="curate")
