@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from fairvision.audits.vlm import (audit_vlm, label_embeddings, load_prompt_sets, read_text_embeddings,
                                    zero_shot_labels)
@@ -166,3 +167,160 @@ def test_max_rule_matches_argmax_over_prompts():
     np.testing.assert_array_equal(res.predictions["predicted"].to_numpy(), expected)
     with pytest.raises(FairvisionError, match="combine"):
         audit_vlm(data, img, tdf, ["group"], combine="median", n_boot=20)
+
+
+# -- calibration: a stub model with planted similarities ------------------------------------------------------------
+
+STUB_LABELS = ["man", "woman", "unspecified"]
+
+
+def stub_model(n_subjects=100, per_subject=2, effect=0.0, seed=0):
+    """A stub CLIP: the text embeddings of each label are the label's basis vector (two prompts each), so an image
+    embedding *is* its similarity to every label. Similarities are a per-subject part (a person looks the same in
+    all their photos: labels are correlated within a subject) plus per-image noise; ``effect`` is added to the
+    'unspecified' similarity of the images of group g1 = B only."""
+    rng = np.random.default_rng(seed)
+    subj = np.repeat(np.arange(n_subjects), per_subject)
+    g1 = rng.choice(["A", "B"], n_subjects)[subj]
+    g2 = rng.choice(["x", "y"], n_subjects)[subj]
+    sim = 5.0 + rng.normal(size=(n_subjects, 3))[subj] + rng.normal(size=(len(subj), 3))
+    sim[:, 2] += effect * (g1 == "B")
+    data = pd.DataFrame({"sample_id": [f"i{i}" for i in range(len(subj))], "subject_id": subj, "g1": g1, "g2": g2})
+    img = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(sim)})
+    tdf = pd.DataFrame(np.repeat(np.eye(3), 2, axis=0), columns=["e0", "e1", "e2"])
+    tdf.insert(0, "label", np.repeat(STUB_LABELS, 2))
+    return data, img, tdf, sim
+
+
+def test_stub_model_labels_are_the_planted_argmax():
+    data, img, tdf, sim = stub_model(seed=3)
+    res = audit_vlm(data, img, tdf, ["g1"], n_boot=10)
+    np.testing.assert_array_equal(res.predictions["predicted"].to_numpy(), np.array(STUB_LABELS)[sim.argmax(axis=1)])
+
+
+def test_null_false_flag_rate_is_nominal_over_200_seeds_and_a_planted_effect_is_found():
+    """docs/METHODS.md §12.1 "Done when": no planted effect -> family-wise false flag rate at most nominal over 200
+    seeds (two images per subject, both attributes and their intersection, 24 tests a run); planted -> flagged."""
+    false_flags, p_one, p_all = 0, [], []
+    for seed in range(200):
+        data, img, tdf, _ = stub_model(seed=seed)
+        r = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, n_boot=40, seed=seed).rates
+        false_flags += bool(r["flagged"].any())
+        p_all.append(r["pvalue"].dropna().to_numpy())
+        p_one.append(r.loc[(r["attribute"] == "g1") & (r["group"] == "A") & (r["quantity"] == "unspecified"),
+                           "pvalue"].iloc[0])
+    # binomial(200, 0.05): mean 10, P(X > 18) < 0.01
+    assert false_flags / 200 <= 0.09
+    # per-test p-values: the share below 0.05 is near 0.05 over 200 x (up to) 24 tests ...
+    p_all = np.concatenate(p_all)
+    assert 0.025 <= (p_all < 0.05).mean() <= 0.075
+    assert 0.06 <= (p_all < 0.10).mean() <= 0.14
+    # ... and one test's p-value over 200 independent seeds is uniform (Kolmogorov-Smirnov)
+    assert stats.kstest(p_one, "uniform").pvalue > 0.01
+    hits = 0
+    for seed in range(40):
+        data, img, tdf, _ = stub_model(n_subjects=120, effect=2.0, seed=1000 + seed)
+        r = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, n_boot=40, seed=seed).rates.set_index(
+            ["attribute", "group", "quantity"])
+        hits += bool(r.loc[("g1", "B", "unspecified"), "flagged"]) and r.loc[("g1", "B", "unspecified"), "difference"] > 0
+    assert hits / 40 >= 0.8
+
+
+def test_image_level_test_alone_would_not_be_nominal_with_clustered_images():
+    # why the subject-level test is needed: with three images per subject, the image-level chi-square rejects a
+    # true null far more often than 5%; the probe's p-value (with the design effect) stays near 5%
+    naive, probe = [], []
+    for seed in range(100):
+        data, img, tdf, _ = stub_model(per_subject=3, seed=seed)
+        r = audit_vlm(data, img, tdf, ["g1"], n_boot=10, seed=seed).rates
+        row = r[(r["group"] == "A") & (r["quantity"] == "man")].iloc[0]
+        ct = np.array([[row.estimate * row.n_samples, (1 - row.estimate) * row.n_samples],
+                       [row.rest * (300 - row.n_samples), (1 - row.rest) * (300 - row.n_samples)]])
+        naive.append(stats.chi2_contingency(np.round(ct), correction=False).pvalue)
+        probe.append(row.pvalue)
+    assert np.mean(np.array(naive) < 0.05) > 0.1
+    assert np.mean(np.array(probe) < 0.05) <= 0.09
+
+
+def brute_force_rao_scott(y, group, cluster):
+    """Independent per-subject loop: d**2 / max(cluster-robust variance under no difference, binomial variance)."""
+    y, group = np.asarray(y, float), np.asarray(group, bool)
+    p0 = y.mean()
+    ng, nr = group.sum(), (~group).sum()
+    total = 0.0
+    ids = np.unique(cluster)
+    for s in ids:
+        sel = cluster == s
+        res = ((y[sel & group] - p0).sum() / ng) - ((y[sel & ~group] - p0).sum() / nr)
+        total += res ** 2
+    v_subject = total * len(ids) / (len(ids) - 1)
+    v_binom = p0 * (1 - p0) * (1 / ng + 1 / nr)
+    d = y[group].mean() - y[~group].mean()
+    return d ** 2 / max(v_subject, v_binom), max(1.0, v_subject / v_binom)
+
+
+def test_subject_level_statistic_matches_a_brute_force_loop_and_pearson():
+    data, img, tdf, sim = stub_model(n_subjects=60, per_subject=3, seed=7)
+    res = audit_vlm(data, img, tdf, ["g1"], n_boot=10, min_subjects=1)
+    pred = np.array(STUB_LABELS)[sim.argmax(axis=1)]
+    for row in res.rates.itertuples(index=False):
+        y = pred == row.quantity
+        stat, deff = brute_force_rao_scott(y, data["g1"].to_numpy() == row.group, data["subject_id"].to_numpy())
+        assert row.statistic == pytest.approx(stat, rel=1e-9)
+        assert row.design_effect == pytest.approx(deff, rel=1e-9)
+        # with the design effect taken out it is Pearson's 2 x 2 chi-square of the images (scipy)
+        g = data["g1"].to_numpy() == row.group
+        ct = np.array([[(y & g).sum(), (~y & g).sum()], [(y & ~g).sum(), (~y & ~g).sum()]])
+        assert row.statistic * row.design_effect == pytest.approx(
+            stats.chi2_contingency(ct, correction=False).statistic, rel=1e-9)
+        assert row.pvalue >= stats.chi2.sf(stat, 1) - 1e-12
+
+
+def test_intersections_rates_small_cells_and_one_family():
+    data, img, tdf, sim = stub_model(n_subjects=90, per_subject=2, seed=11)
+    # make one intersection cell small: only 4 subjects of A x y
+    keep = ~((data["g1"] == "A") & (data["g2"] == "y") & (data["subject_id"] % 5 != 0))
+    data = data[keep].reset_index(drop=True)
+    res = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, n_boot=50, correction="bonferroni")
+    r = res.rates
+    assert set(r["attribute"]) == {"g1", "g2", "g1 × g2"}
+    inter = r[r["attribute"] == "g1 × g2"]
+    assert set(inter["group"]) == {"A × x", "A × y", "B × x", "B × y"} and (inter["k"] == 2).all()
+    # rates of the cells equal an independent pandas groupby of the predictions
+    pred = pd.Series(np.array(STUB_LABELS)[sim.argmax(axis=1)], index=[f"i{i}" for i in range(len(sim))])
+    d = data.assign(pred=pred.loc[data["sample_id"]].to_numpy())
+    shares = pd.crosstab([d["g1"], d["g2"]], d["pred"], normalize="index")
+    subjects = d.groupby(["g1", "g2"])["subject_id"].nunique()
+    for row in inter.itertuples(index=False):
+        a, b = row.group.split(" × ")
+        assert row.estimate == pytest.approx(shares.loc[(a, b), row.quantity])
+        assert row.n_subjects == subjects.loc[(a, b)]
+    small = inter[inter["group"] == "A × y"]
+    assert small["too_small"].all() and small["pvalue"].isna().all() and not small["flagged"].any()
+    assert small["estimate"].notna().all() and small["ci_low"].notna().all()  # reported, not tested
+    # every tested row, intersections included, is in one Bonferroni family
+    tested = r[r["pvalue"].notna()]
+    assert len(tested) == len(r) - 3
+    np.testing.assert_allclose(tested["pvalue_adjusted"], np.minimum(1, tested["pvalue"] * len(tested)))
+    q = res.quantities()
+    assert q["n_too_small"] == 1 and "rate.g1+g2.B+x.man" in q and "gap.g1+g2.A+y.unspecified" in q
+    sec = vlm_section(res)
+    assert "too_small" in sec.tables and any("too small" in b.get("text", "") for b in sec.blocks)
+
+
+def test_cli_intersections_and_min_subjects(tmp_path, capsys):
+    data, _, tdf, sim = stub_model(n_subjects=80, seed=5)
+    data.to_csv(tmp_path / "samples.csv", index=False)
+    np.savez(tmp_path / "images.npz", embeddings=sim, ids=np.array(data["sample_id"].tolist()))
+    tdf.to_csv(tmp_path / "text.csv", index=False)
+    out = tmp_path / "out"
+    rc = main(["audit", "vlm", "zero-shot", "--samples", str(tmp_path / "samples.csv"), "--image-embeddings",
+               str(tmp_path / "images.npz"), "--text-embeddings", str(tmp_path / "text.csv"), "-a", "g1", "-a", "g2",
+               "--max-k", "2", "--min-subjects", "25", "--n-boot", "50", "-o", str(out),
+               "--fail-if", "n_too_small>0"])
+    assert rc == 1, capsys.readouterr().err  # some 2-way cells have fewer than 25 subjects
+    rates = pd.read_parquet([p for p in (out / "tables").glob("*.parquet") if p.name.endswith("__rates.parquet")][0])
+    assert "g1 × g2" in set(rates["attribute"])
+    small = rates[rates["n_subjects"] < 25]
+    assert len(small) and small["too_small"].all() and small["pvalue"].isna().all()
+    assert rates.loc[rates["n_subjects"] >= 25, "pvalue"].notna().all()

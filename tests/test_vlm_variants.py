@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from fairvision.audits.vlm_variants import (VARIANTS, background_black, compare_variants, make_variants,
-                                            person_black, person_blur, write_variants)
+from fairvision.stats.clustered import clustered_mcnemar
+from fairvision.audits.vlm_variants import (VARIANTS, background_black, compare_variants,
+                                            make_variants, person_black, person_blur, write_variants)
 from fairvision.cli import main
 from fairvision.errors import FairvisionError
 from fairvision.io.images import read_image, write_png
+from fairvision.report import Report
+from fairvision.report.sections.vlm import compare_section
 from fairvision.vision.person_mask import mask_from_box
 
 PORTRAIT = Path(__file__).resolve().parents[1] / "src" / "fairvision" / "datasets" / "data" / "portraits" / "001.jpg"
@@ -93,7 +98,7 @@ def test_paired_change_hand_worked():
     first = pd.DataFrame({"sample_id": ids, "predicted": ["unspecified", "unspecified", "man", "woman"] + ["man"] * 10})
     second = pd.DataFrame({"sample_id": ids[::-1],
                            "predicted": (["unspecified", "man", "unspecified", "unspecified"] + ["unspecified"] * 10)[::-1]})
-    res = compare_variants(data, first, second, ["g"], labels=["unspecified"], n_boot=200)
+    res = compare_variants(data, first, second, ["g"], labels=["unspecified"], n_boot=200, min_subjects=1)
     c = res.changes.set_index("group")
     assert c.loc["A", "rate_first"] == 0.5 and c.loc["A", "rate_second"] == 0.75
     assert c.loc["A", "estimate"] == pytest.approx(0.25)
@@ -178,3 +183,104 @@ def test_cli_compare_writes_changes(tmp_path, capsys):
     ch = pd.read_csv(tmp_path / "changes.csv")
     row = ch[(ch["group"] == "B") & (ch["label"] == "unspecified")].iloc[0]
     assert row["estimate"] == 1.0 and row["c"] == 10
+
+
+def test_clustered_mcnemar_hand_worked():
+    # subjects s0, s1: 8 images each, all gain 'unspecified' in the second variant; s2..s11: one image each, unchanged.
+    # Images as independent: b = 0, c = 16, exact p = 2 / 2**16. Subjects: d_s = 8, 8, 0...: X2 = 16**2 / 128 = 2,
+    # p = P(chi2_1 > 2) = 0.1573: only two people changed. The probe reports the larger p-value.
+    subj = [0] * 8 + [1] * 8 + list(range(2, 12))
+    ids = [f"i{i}" for i in range(len(subj))]
+    data = pd.DataFrame({"sample_id": ids, "subject_id": subj, "g": "A"})
+    first = pd.DataFrame({"sample_id": ids, "predicted": "man"})
+    second = pd.DataFrame({"sample_id": ids, "predicted": ["unspecified"] * 16 + ["man"] * 10})
+    res = compare_variants(data, first, second, ["g"], labels=["unspecified"], n_boot=100)
+    row = res.changes.iloc[0]
+    assert (row["b"], row["c"]) == (0, 16)
+    assert row["statistic_subject"] == pytest.approx(2.0)
+    assert row["pvalue"] == pytest.approx(stats.chi2.sf(2.0, 1))
+    assert not row["flagged"]
+    cm = clustered_mcnemar(np.array([1.0, 1, 1, -1, 0]), np.zeros(5, int), np.array([0, 0, 1, 2, 3]), 1)
+    # d_s = 2, 1, -1, 0: (2)**2 / (4 + 1 + 1) = 2/3
+    assert cm["statistic"].iat[0] == pytest.approx(4 / 6) and cm["pvalue"].iat[0] == pytest.approx(stats.chi2.sf(4 / 6, 1))
+
+
+def paired_predictions(n_subjects=60, seed=0, shift_group="B", shift=0.6):
+    """Two variants of the same images: the second turns 'man' into 'unspecified' for a share of group g1 = B."""
+    rng = np.random.default_rng(seed)
+    subj = np.repeat(np.arange(n_subjects), 2)
+    g1 = rng.choice(["A", "B"], n_subjects)[subj]
+    g2 = rng.choice(["x", "y"], n_subjects)[subj]
+    ids = [f"i{i}" for i in range(len(subj))]
+    p1 = rng.choice(["man", "woman"], len(subj)).astype(object)
+    p2 = p1.copy()
+    turn = (g1 == shift_group) & (p1 == "man") & (rng.random(len(subj)) < shift)
+    p2[turn] = "unspecified"
+    flip = rng.random(len(subj)) < 0.05  # a little noise in both directions
+    p2[flip] = np.where(p2[flip] == "man", "woman", "man")
+    data = pd.DataFrame({"sample_id": ids, "subject_id": subj, "g1": g1, "g2": g2})
+    return data, pd.DataFrame({"sample_id": ids, "predicted": p1}), pd.DataFrame({"sample_id": ids, "predicted": p2})
+
+
+def test_compare_intersections_too_small_and_one_family():
+    data, first, second = paired_predictions(seed=2)
+    keep = ~((data["g1"] == "A") & (data["g2"] == "y") & (data["subject_id"] % 4 != 0))
+    data = data[keep].reset_index(drop=True)
+    res = compare_variants(data, first, second, ["g1", "g2"], max_k=2, n_boot=100, correction="bonferroni")
+    c = res.changes
+    inter = c[c["attribute"] == "g1 × g2"]
+    assert set(inter["group"]) == {"A × x", "A × y", "B × x", "B × y"}
+    # change per cell equals an independent pandas computation
+    d = data.merge(first, on="sample_id").merge(second, on="sample_id", suffixes=("_1", "_2"))
+    for row in inter.itertuples(index=False):
+        a, b = row.group.split(" × ")
+        sel = d[(d["g1"] == a) & (d["g2"] == b)]
+        want = (sel["predicted_2"] == row.label).mean() - (sel["predicted_1"] == row.label).mean()
+        assert row.estimate == pytest.approx(want)
+        assert row.n_subjects == sel["subject_id"].nunique()
+    small = inter[inter["group"] == "A × y"]
+    assert small["too_small"].all() and small["pvalue"].isna().all() and not small["flagged"].any()
+    tested = c[c["pvalue"].notna()]
+    np.testing.assert_allclose(tested["pvalue_adjusted"], np.minimum(1, tested["pvalue"] * len(tested)))
+    flagged = c[c["flagged"]]
+    assert ((flagged["label"] == "unspecified") | (flagged["label"] == "man")).all()
+    assert ("g1", "B", "unspecified") in set(zip(flagged["attribute"], flagged["group"], flagged["label"]))
+    q = res.quantities()
+    assert q["n_too_small"] == 1 and "change.g1+g2.B+x.unspecified" in q
+
+
+def test_compare_report_section_has_forest_plot_and_findings():
+    data, first, second = paired_predictions(seed=3)
+    res = compare_variants(data, first, second, ["g1"], n_boot=100, names=("original", "person_blur"))
+    sec = compare_section(res)
+    assert "changes" in sec.tables
+    assert any(b["type"] == "figure" and b["name"] == "change_unspecified" for b in sec.blocks)
+    f = [f for f in sec.findings if "unspecified" in f.sentence and "g1 = B" in f.sentence]
+    assert f and "rises" in f[0].sentence and f[0].quantity == "change.g1.B.unspecified"
+    row = res.changes.set_index(["group", "label"]).loc[("B", "unspecified")]
+    assert f[0].value == pytest.approx(row["estimate"]) and f[0].ci_low == pytest.approx(row["ci_low"])
+    rep = Report(title="t")
+    rep.add(sec)
+    assert "Label changes between image variants" in rep.to_html()
+
+
+def test_cli_compare_writes_a_report_folder(tmp_path, capsys):
+    data, first, second = paired_predictions(seed=4)
+    data.to_csv(tmp_path / "s.csv", index=False)
+    first.to_parquet(tmp_path / "p1.parquet")
+    second.to_parquet(tmp_path / "p2.parquet")
+    args = ["audit", "vlm", "compare", "--samples", str(tmp_path / "s.csv"), "--first", str(tmp_path / "p1.parquet"),
+            "--second", str(tmp_path / "p2.parquet"), "-a", "g1", "-a", "g2", "--max-k", "2", "--n-boot", "100",
+            "-o", str(tmp_path / "out")]
+    assert main(args) == 0, capsys.readouterr().err
+    out = tmp_path / "out"
+    assert (out / "report.html").is_file() and (out / "report.json").is_file()
+    tables = list((out / "tables").glob("*.parquet"))
+    assert any("changes" in p.name for p in tables)
+    doc = json.loads((out / "report.json").read_text())
+    assert "vlm_compare" in json.dumps(doc)
+    ch = pd.read_parquet([p for p in tables if "changes" in p.name][0])
+    assert {"g1", "g2", "g1 × g2"} <= set(ch["attribute"])
+    assert main(args + ["--fail-if", "change.g1.B.unspecified>0.1"]) == 1
+    assert "fail-if" in capsys.readouterr().err
+    assert main(args + ["--fail-if", "nonsense>1"]) == 2

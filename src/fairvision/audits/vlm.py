@@ -3,8 +3,11 @@
 A CLIP-style model labels every image with the prompt set it is closest to (cosine similarity between the
 image embedding and the normalised mean of each label's prompt embeddings). The probe then asks whether the
 labels it hands out depend on who is in the picture: per-group label rates (including a neutral
-``unspecified`` label) and error rates with subject-level bootstrap CIs, a chi-square test of label x group,
-per-group-vs-rest tests corrected for multiple testing, and NPMI between predicted labels and groups.
+``unspecified`` label) and error rates with subject-level bootstrap CIs, for each attribute and (``max_k``) their
+intersections from :func:`fairvision.groups.intersections`, a chi-square test of label x group, per-group-vs-rest
+tests that allow for several images of one subject (Rao-Scott design effect), corrected for multiple testing over
+all groups and intersections, and NPMI between predicted labels and groups. Groups with fewer than
+``min_subjects`` subjects are reported but not tested.
 
 Embeddings are the universal input: no model is loaded here. The default prompt sets
 (``datasets/data/vlm/prompts.toml``) are text only; the user embeds them with the text encoder of the model
@@ -20,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import sparse
+from scipy.stats import chi2 as chi2_dist
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.groups import memberships, subject_codes
+from fairvision.groups import SEP, cell_counts, intersections, subject_codes
 from fairvision.io.embeddings import read_embeddings
 from fairvision.io.tables import read_raw_table
 from fairvision.io.toml import read_toml
@@ -30,10 +34,17 @@ from fairvision.stats.association import npmi
 from fairvision.stats.chisquare import chi2_test
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.corrections import adjust_pvalues
-from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
+from fairvision.stats.clustered import group_vs_rest_design_effect
+from fairvision.stats.resample import bootstrap_column_sums, percentile_ci
 
 #: the neutral label of the default gender prompt set
 UNSPECIFIED = "unspecified"
+#: groups with fewer subjects are reported but not tested (FHIBE: 10)
+MIN_SUBJECTS = 10
+#: columns of :attr:`VLMResult.rates` (then ``pvalue_adjusted`` and ``flagged``)
+RATE_COLUMNS = ["attribute", "k", "group", "quantity", "n_samples", "n_subjects", "too_small", "estimate", "ci_low",
+                "ci_high", "level", "rest", "difference", "diff_ci_low", "diff_ci_high", "design_effect", "statistic",
+                "pvalue"]
 EMBED_HINT = ("no CLIP weights ship with fairvision: embed the prompts of the prompt set with the text encoder of "
               "the model that embedded the images and pass them with --text-embeddings")
 
@@ -179,14 +190,16 @@ def max_prompt_labels(images: np.ndarray, text: np.ndarray, labels: list[str], o
     return best.argmax(axis=1), best
 
 
+
 @dataclass
 class VLMResult:
     """Result of :func:`audit_vlm`.
 
-    ``rates``: one row per (attribute, group, quantity) with ``quantity`` a label (its rate) or ``error``:
-    ``n_samples``, ``n_subjects``, ``estimate``, ``ci_low``, ``ci_high``, ``level``, ``rest``, ``difference``
-    (group minus rest) with ``diff_ci_low`` / ``diff_ci_high``, ``statistic``, ``pvalue``, ``pvalue_adjusted``,
-    ``flagged``. ``independence``: chi-square of label x group per attribute. ``npmi``: long table of NPMI.
+    ``rates``: one row per (attribute or intersection, group, quantity) with ``quantity`` a label (its rate) or
+    ``error``: ``k`` (attributes in the set), ``n_samples``, ``n_subjects``, ``too_small`` (fewer than
+    ``min_subjects`` subjects: reported, not tested), ``estimate``, ``ci_low``, ``ci_high``, ``level``, ``rest``,
+    ``difference`` (group minus rest) with ``diff_ci_low`` / ``diff_ci_high``, ``design_effect``, ``statistic``,
+    ``pvalue``, ``pvalue_adjusted``, ``flagged``. Intersections are named ``"a × b"`` with groups ``"x × y"``. ``independence``: chi-square of label x group per attribute. ``npmi``: long table of NPMI.
     ``predictions``: ``sample_id``, ``predicted`` (and ``true``), one similarity column per label.
     """
 
@@ -205,25 +218,34 @@ class VLMResult:
         return self.rates
 
     def quantities(self) -> dict[str, float]:
-        """Names for ``--fail-if``: ``n_flagged``, ``max_gap``, ``max_unspecified_gap``, ``max_error_gap``,
-        ``rate.<attr>.<group>.<label>``, ``gap.<attr>.<group>.<label|error>``, ``error_rate.<attr>.<group>``,
-        ``chi2_pvalue.<attr>``."""
+        """Names for ``--fail-if``: ``n_flagged``, ``n_too_small`` (groups), ``max_gap``, ``max_unspecified_gap``,
+        ``max_error_gap`` (over groups large enough to judge), ``rate.<attr>.<group>.<label>``,
+        ``gap.<attr>.<group>.<label|error>``, ``error_rate.<attr>.<group>``, ``chi2_pvalue.<attr>``; an
+        intersection is ``<a>+<b>`` with groups ``<x>+<y>``."""
         r = self.rates
+        judged = r[~r["too_small"].astype(bool)] if len(r) else r
         q: dict[str, float] = {"n_flagged": float(r["flagged"].sum()),
-                               "max_gap": float(r["difference"].abs().max()) if len(r) else 0.0}
+                               "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]]
+                                                        .drop_duplicates())) if len(r) else 0.0,
+                               "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else 0.0}
         for name, lab in (("max_unspecified_gap", UNSPECIFIED), ("max_error_gap", "error")):
-            sub = r.loc[r["quantity"] == lab, "difference"].abs()
+            sub = judged.loc[judged["quantity"] == lab, "difference"].abs()
             q[name] = float(sub.max()) if sub.notna().any() else 0.0
         for row in r.itertuples(index=False):
-            key = f"{row.attribute}.{row.group}.{row.quantity}"
+            key = f"{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.quantity}"
             if row.quantity == "error":
                 q[f"error_rate.{row.attribute}.{row.group}"] = float(row.estimate)
             else:
                 q[f"rate.{key}"] = float(row.estimate)
             q[f"gap.{key}"] = float(row.difference)
         for row in self.independence.itertuples(index=False):
-            q[f"chi2_pvalue.{row.attribute}"] = float(row.pvalue)
+            q[f"chi2_pvalue.{quantity_key(row.attribute)}"] = float(row.pvalue)
         return q
+
+
+def quantity_key(name: str) -> str:
+    """An attribute set or group label as it appears in ``--fail-if`` names: ``"a × b"`` -> ``"a+b"``."""
+    return str(name).replace(SEP, "+")
 
 
 def _align(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.ndarray:
@@ -236,22 +258,6 @@ def _align(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.n
                              + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "") + " of the sample table")
     return pos
 
-
-def _replicates(mat: sparse.csr_matrix, n_boot: int, seed, max_cells: int = 20_000_000) -> np.ndarray:
-    """(n_boot, cols) column sums of the per-subject matrix ``mat`` under cluster-bootstrap weights, drawn in
-    chunks so the weights never hold more than ``max_cells`` numbers (the draws do not depend on the chunk)."""
-    n_clusters = mat.shape[0]
-    rng = np.random.default_rng(seed)
-    chunk = max(1, min(n_boot, max_cells // max(1, n_clusters)))
-    out = np.empty((n_boot, mat.shape[1]))
-    # a dense per-subject matrix turns each chunk into one BLAS product; sparse when it would be large
-    per_subject = mat.toarray() if mat.shape[0] * mat.shape[1] <= max_cells else None
-    mt = mat.T.tocsr()
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        w = cluster_bootstrap_weights(n_clusters, stop - start, rng)
-        out[start:stop] = w @ per_subject if per_subject is not None else np.asarray(mt @ w.T).T
-    return out
 
 
 def audit_vlm(
@@ -267,6 +273,8 @@ def audit_vlm(
     probe: str | None = None,
     combine: str = "mean",
     schema=None,
+    max_k: int = 1,
+    min_subjects: int = MIN_SUBJECTS,
     n_boot: int = 1000,
     level: float = 0.95,
     alpha: float = 0.05,
@@ -293,6 +301,13 @@ def audit_vlm(
     combine : {"mean", "max"}
         ``"mean"``: the label whose normalised mean prompt embedding is most similar (default); ``"max"``: the
         label of the single most similar prompt (FHIBE's rule).
+    max_k : int
+        Largest intersection size: 1 (default) each attribute on its own, 2 also every pair of attributes, ...
+        Intersections come from :func:`fairvision.groups.intersections` and are tested and corrected together with
+        the single attributes.
+    min_subjects : int
+        Groups (and intersections) with fewer subjects are reported with their rates and CIs but not tested or
+        flagged: too small to judge (default 10, FHIBE's threshold).
     n_boot, level, alpha, correction, seed
         Subject bootstrap replicates, CI level, significance level, multiple-testing correction, randomness.
 
@@ -300,6 +315,10 @@ def audit_vlm(
     -------
     VLMResult
     """
+    if int(max_k) < 1:
+        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
+    if int(min_subjects) < 1:
+        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
     img_src = "image embeddings" if not isinstance(image_embeddings, (str, Path)) else str(image_embeddings)
     txt_src = "text embeddings" if not isinstance(text_embeddings, (str, Path)) else str(text_embeddings)
     x, ids = read_embeddings(image_embeddings)
@@ -355,9 +374,10 @@ def audit_vlm(
     okf = ok.astype(float)
 
     rows, independence, npmi_rows, counts = [], [], [], {}
-    for m in memberships(data, attrs, schema, source=source):
-        g = m.n_groups
-        r, c = m.rows, m.codes
+    for inter in intersections(data, attrs, max_k, schema, source=source):
+        g, name = inter.n_cells, inter.name
+        r, c = inter.rows, inter.codes
+        groups = [str(v) for v in inter.display_labels()]
         # one (n_clusters x cols) matrix of per-subject sums: group x quantity sums and counts, then totals
         cell = (c[:, None] * q + np.arange(q)[None, :]).ravel()
         cl = np.repeat(clusters[r], q)
@@ -368,7 +388,7 @@ def audit_vlm(
               np.concatenate([cell, gq + cell, 2 * gq + all_rows, 2 * gq + q + all_rows]))),
             shape=(n_clusters, 2 * gq + 2 * q))
         full = np.asarray(mat.sum(axis=0)).ravel()
-        reps = _replicates(mat, n_boot, seed)
+        reps = bootstrap_column_sums(mat, n_boot, seed)
         est_s, est_n = full[:gq].reshape(g, q), full[gq:2 * gq].reshape(g, q)
         all_s, all_n = full[2 * gq:2 * gq + q], full[2 * gq + q:]
         rep_s, rep_n = reps[:, :gq].reshape(n_boot, g, q), reps[:, gq:2 * gq].reshape(n_boot, g, q)
@@ -380,40 +400,45 @@ def audit_vlm(
             rep_diff = rep - (rep_as - rep_s) / (rep_an - rep_n)
         lo, hi = percentile_ci(rep, level)
         dlo, dhi = percentile_ci(rep_diff, level)
-        subj = np.array([len(np.unique(clusters[r[c == gi]])) for gi in range(g)])
-        ns = np.bincount(c, minlength=g)
+        stat_rs, deff = group_vs_rest_design_effect(mat, g, q)
+        ns, subj = cell_counts(inter, clusters)
+        small = subj < min_subjects
         ct = np.bincount(c * k + pred[r], minlength=g * k).reshape(g, k)
-        table = pd.DataFrame(ct, index=pd.Index(m.categories, name=m.name), columns=pd.Index(labels, name="predicted"))
-        counts[m.name] = table
-        chi = chi2_test(table, seed=seed, label=f"{m.name} x predicted label", warn=False)
-        independence.append({"attribute": m.name, "statistic": chi.statistic, "df": chi.df, "pvalue": chi.pvalue,
-                             "cramers_v": getattr(chi, "cramers_v", np.nan), "n": int(ct.sum())})
+        table = pd.DataFrame(ct, index=pd.Index(groups, name=name), columns=pd.Index(labels, name="predicted"))
+        counts[name] = table
+        chi = chi2_test(table, seed=seed, label=f"{name} x predicted label", warn=False)
+        independence.append({"attribute": name, "k": inter.k, "statistic": chi.statistic, "df": chi.df,
+                             "pvalue": chi.pvalue, "cramers_v": getattr(chi, "cramers_v", np.nan), "n": int(ct.sum())})
         if ct.sum() > 0:
-            nm = npmi(table.astype(float), m.name, "predicted")
-            for gi, grp in enumerate(m.categories):
+            nm = npmi(table.astype(float), name, "predicted").to_numpy()
+            for gi, grp in enumerate(groups):
                 for j, lab in enumerate(labels):
-                    npmi_rows.append({"attribute": m.name, "group": grp, "label": lab, "npmi": float(nm.iloc[gi, j])})
-        for gi, grp in enumerate(m.categories):
+                    npmi_rows.append({"attribute": name, "group": grp, "label": lab, "npmi": float(nm[gi, j])})
+        for gi, grp in enumerate(groups):
             for qi, quant in enumerate(quantities):
                 a, b = est_s[gi, qi], est_n[gi, qi]
                 cc, dd = all_s[qi] - a, all_n[qi] - b
                 stat, p = np.nan, np.nan
-                if b > 0 and dd > 0:
+                if b > 0 and dd > 0 and not small[gi]:
+                    # images as independent (exact fallback for small counts) and the subject-level Rao-Scott
+                    # test: the larger p-value, valid when either assumption holds (docs/METHODS.md §12.1)
                     res = chi2_test(np.array([[a, b - a], [cc, dd - cc]]), seed=seed, warn=False)
-                    stat, p = res.statistic, res.pvalue
-                rows.append({"attribute": m.name, "group": grp, "quantity": quant, "n_samples": int(ns[gi]),
-                             "n_subjects": int(subj[gi]), "estimate": est[gi, qi], "ci_low": lo[gi, qi],
-                             "ci_high": hi[gi, qi], "level": level, "rest": rest[gi, qi],
-                             "difference": est[gi, qi] - rest[gi, qi], "diff_ci_low": dlo[gi, qi],
-                             "diff_ci_high": dhi[gi, qi], "statistic": stat, "pvalue": p})
-    rates = pd.DataFrame(rows)
+                    stat = stat_rs[gi, qi]
+                    p = max(float(res.pvalue), float(chi2_dist.sf(stat, 1))) if np.isfinite(stat) else float(res.pvalue)
+                rows.append({"attribute": name, "k": inter.k, "group": grp, "quantity": quant,
+                             "n_samples": int(ns[gi]), "n_subjects": int(subj[gi]), "too_small": bool(small[gi]),
+                             "estimate": est[gi, qi], "ci_low": lo[gi, qi], "ci_high": hi[gi, qi], "level": level,
+                             "rest": rest[gi, qi], "difference": est[gi, qi] - rest[gi, qi],
+                             "diff_ci_low": dlo[gi, qi], "diff_ci_high": dhi[gi, qi], "design_effect": deff[gi, qi],
+                             "statistic": stat, "pvalue": p})
+    rates = pd.DataFrame(rows, columns=RATE_COLUMNS)
     padj = np.full(len(rates), np.nan)
     have = rates["pvalue"].notna().to_numpy()
     if have.any():
         padj[have] = adjust_pvalues(rates.loc[have, "pvalue"].to_numpy(), correction)
     rates["pvalue_adjusted"] = padj
     excludes = (rates["diff_ci_low"] > 0) | (rates["diff_ci_high"] < 0)
-    rates["flagged"] = (rates["pvalue_adjusted"] < alpha) & excludes
+    rates["flagged"] = (rates["pvalue_adjusted"] < alpha) & excludes & ~rates["too_small"].astype(bool)
     ind = pd.DataFrame(independence)
     if len(ind):
         ind["pvalue_adjusted"] = adjust_pvalues(ind["pvalue"].to_numpy(), correction)
@@ -421,4 +446,4 @@ def audit_vlm(
                      npmi=pd.DataFrame(npmi_rows, columns=["attribute", "group", "label", "npmi"]), counts=counts,
                      alpha=alpha, correction=correction,
                      meta={"n_samples": n, "n_subjects": n_clusters, "n_prompts": len(tlabels), "n_boot": n_boot,
-                           "combine": combine})
+                           "combine": combine, "max_k": max_k, "min_subjects": min_subjects})

@@ -4,8 +4,8 @@ FHIBE probes a model on four versions of every image: the original, the person b
 and the background blacked out. :func:`make_variants` builds them from an image and a person mask;
 :func:`write_variants` writes them for a sample table so the user can embed them with their own model; and
 :func:`compare_variants` takes the zero-shot predictions of two variants (``VLMResult.predictions``) and reports,
-per group and label, how much the label's rate changes, with McNemar's exact test on the paired images and a
-subject-bootstrap CI of the change.
+per group (and intersection) and label, how much the label's rate changes, with McNemar's exact test on the paired
+images, its clustered version on the subjects and a subject-bootstrap CI of the change.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pandas as pd
+from scipy.stats import chi2 as chi2_dist
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.groups import memberships, subject_codes
+from fairvision.groups import SEP, cell_counts, intersections, subject_codes
 from fairvision.io.atomic import atomic_output_dir, atomic_write_bytes
 from fairvision.io.images import encode_png, read_image
 from fairvision.io.masks import mask_index, find_mask
 from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.stats.clustered import clustered_mcnemar
 from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 from fairvision.stats.stratified import mcnemar
@@ -33,6 +35,12 @@ from fairvision.vision.person_mask import person_mask
 VARIANTS = ("original", "person_black", "person_blur", "background_black")
 #: Gaussian blur strength: sigma as a share of the image's longer side
 BLUR_SIGMA_SHARE = 0.05
+#: groups with fewer subjects are reported but not tested (FHIBE: 10)
+MIN_SUBJECTS = 10
+#: columns of :attr:`VariantComparison.changes` (then ``pvalue_adjusted`` and ``flagged``)
+CHANGE_COLUMNS = ["attribute", "k", "group", "label", "n_samples", "n_subjects", "too_small", "rate_first",
+                  "rate_second", "estimate", "ci_low", "ci_high", "level", "b", "c", "statistic", "statistic_subject",
+                  "pvalue"]
 
 
 def _check(image: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,10 +153,11 @@ def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: 
 class VariantComparison:
     """Result of :func:`compare_variants`.
 
-    ``changes``: one row per (attribute, group, label): ``n_samples``, ``n_subjects``, ``rate_first``,
-    ``rate_second``, ``estimate`` (second minus first), ``ci_low``, ``ci_high``, ``level``, ``b`` (images with
-    the label in the first variant only), ``c`` (second only), ``statistic``, ``pvalue`` (McNemar exact),
-    ``pvalue_adjusted``, ``flagged``.
+    ``changes``: one row per (attribute or intersection, group, label): ``k``, ``n_samples``, ``n_subjects``,
+    ``too_small`` (reported, not tested), ``rate_first``, ``rate_second``, ``estimate`` (second minus first),
+    ``ci_low``, ``ci_high``, ``level``, ``b`` (images with the label in the first variant only), ``c`` (second
+    only), ``statistic`` (exact McNemar), ``statistic_subject`` (clustered McNemar), ``pvalue`` (the larger of
+    the two tests' p-values), ``pvalue_adjusted``, ``flagged``.
     """
 
     first: str
@@ -163,12 +172,16 @@ class VariantComparison:
         return self.changes
 
     def quantities(self) -> dict[str, float]:
-        """``n_flagged``, ``max_change`` and ``change.<attr>.<group>.<label>`` for ``--fail-if``."""
+        """``n_flagged``, ``n_too_small`` (groups), ``max_change`` (over groups large enough to judge) and
+        ``change.<attr>.<group>.<label>`` (an intersection ``<a>+<b>`` with groups ``<x>+<y>``) for ``--fail-if``."""
         c = self.changes
+        small = c["too_small"].astype(bool) if len(c) else pd.Series(dtype=bool)
+        judged = c.loc[~small, "estimate"] if len(c) else c["estimate"]
         q = {"n_flagged": float(c["flagged"].sum()),
-             "max_change": float(c["estimate"].abs().max()) if c["estimate"].notna().any() else 0.0}
+             "n_too_small": float(len(c.loc[small, ["attribute", "group"]].drop_duplicates())) if len(c) else 0.0,
+             "max_change": float(judged.abs().max()) if judged.notna().any() else 0.0}
         for row in c.itertuples(index=False):
-            q[f"change.{row.attribute}.{row.group}.{row.label}"] = float(row.estimate)
+            q[f"change.{row.attribute.replace(SEP, '+')}.{row.group.replace(SEP, '+')}.{row.label}"] = float(row.estimate)
         return q
 
 
@@ -185,9 +198,11 @@ def _predicted(pred: pd.DataFrame, ids: pd.Series, id_col: str, name: str) -> np
     return pred["predicted"].astype(str).to_numpy()[pos]
 
 
+
 def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFrame, attrs: list[str], *,
                      names: tuple[str, str] = ("first", "second"), labels: list[str] | None = None,
                      id_col: str = "sample_id", subject_col: str | None = "subject_id", schema=None,
+                     max_k: int = 1, min_subjects: int = MIN_SUBJECTS,
                      n_boot: int = 1000, level: float = 0.95, alpha: float = 0.05,
                      correction: str = DEFAULT_CORRECTION,
                      seed: int | np.random.Generator | None = 0) -> VariantComparison:
@@ -207,6 +222,11 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
         Names of the two variants (reported only).
     labels : list of str, optional
         Labels to report (default: every label predicted in either variant, in order of appearance).
+    max_k : int
+        Largest intersection size (1: each attribute on its own; 2: also every pair, ...), built by
+        :func:`fairvision.groups.intersections` and corrected together with the single attributes.
+    min_subjects : int
+        Groups with fewer subjects are reported but not tested or flagged (too small to judge; default 10).
     n_boot, level, alpha, correction, seed
         Subject bootstrap replicates, CI level, significance level, multiple-testing correction, randomness.
 
@@ -214,6 +234,10 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
     -------
     VariantComparison
     """
+    if int(max_k) < 1:
+        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
+    if int(min_subjects) < 1:
+        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
     data = data.reset_index(drop=True)
     source = data.attrs.get("source", "samples")
     if id_col not in data.columns:
@@ -228,31 +252,41 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
     n_clusters = int(clusters.max()) + 1
     weights = cluster_bootstrap_weights(n_clusters, n_boot, seed)
     rows = []
-    for m in memberships(data, attrs, schema, source=source):
-        r, c, g = m.rows, m.codes, m.n_groups
-        ns = np.bincount(c, minlength=g)
-        subj = np.array([len(np.unique(clusters[r[c == gi]])) for gi in range(g)])
+    for inter in intersections(data, attrs, max_k, schema, source=source):
+        r, c, g = inter.rows, inter.codes, inter.n_cells
+        groups = [str(v) for v in inter.display_labels()]
+        ns, subj = cell_counts(inter, clusters)
+        small = subj < min_subjects
         for lab in labels:
             a = (p1[r] == lab)
             b = (p2[r] == lab)
             d = b.astype(float) - a.astype(float)
             rep = group_mean_replicates(d, c, clusters[r], weights, n_groups=g)
             lo, hi = percentile_ci(rep, level)
-            for gi, grp in enumerate(m.categories):
-                sel = c == gi
-                if not sel.any():
-                    rows.append({"attribute": m.name, "group": grp, "label": lab, "n_samples": 0, "n_subjects": 0,
-                                 "rate_first": np.nan, "rate_second": np.nan, "estimate": np.nan, "ci_low": np.nan,
-                                 "ci_high": np.nan, "level": level, "b": 0, "c": 0, "statistic": np.nan,
-                                 "pvalue": np.nan})
-                    continue
-                t = mcnemar(a[sel], b[sel], exact=True)
-                r1, r2 = float(a[sel].mean()), float(b[sel].mean())
-                rows.append({"attribute": m.name, "group": grp, "label": lab, "n_samples": int(ns[gi]),
-                             "n_subjects": int(subj[gi]), "rate_first": r1, "rate_second": r2, "estimate": r2 - r1,
-                             "ci_low": float(lo[gi]), "ci_high": float(hi[gi]), "level": level, "b": t.b, "c": t.c,
-                             "statistic": t.statistic, "pvalue": t.pvalue})
-    changes = pd.DataFrame(rows)
+            n_a, n_b = np.bincount(c, a, minlength=g), np.bincount(c, b, minlength=g)
+            only_first = np.bincount(c, a & ~b, minlength=g).astype(int)
+            only_second = np.bincount(c, b & ~a, minlength=g).astype(int)
+            cm = clustered_mcnemar(d, c, clusters[r], g)
+            stat_s, p_s = cm["statistic"].to_numpy(), cm["pvalue"].to_numpy()
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r1, r2 = n_a / ns, n_b / ns
+            for gi, grp in enumerate(groups):
+                row = {"attribute": inter.name, "k": inter.k, "group": grp, "label": lab, "n_samples": int(ns[gi]),
+                       "n_subjects": int(subj[gi]), "too_small": bool(small[gi]), "rate_first": r1[gi],
+                       "rate_second": r2[gi], "estimate": r2[gi] - r1[gi], "ci_low": np.nan, "ci_high": np.nan,
+                       "level": level, "b": int(only_first[gi]), "c": int(only_second[gi]), "statistic": np.nan,
+                       "statistic_subject": np.nan, "pvalue": np.nan}
+                if ns[gi] > 0:
+                    row.update(ci_low=float(lo[gi]), ci_high=float(hi[gi]))
+                if ns[gi] > 0 and not small[gi]:
+                    # exact McNemar on images and the clustered test on subjects: the larger p-value, valid when
+                    # either assumption holds (docs/METHODS.md §12.2)
+                    sel = c == gi
+                    t = mcnemar(a[sel], b[sel], exact=True)
+                    row.update(statistic=t.statistic, statistic_subject=float(stat_s[gi]),
+                               pvalue=max(float(t.pvalue), float(p_s[gi])))
+                rows.append(row)
+    changes = pd.DataFrame(rows, columns=CHANGE_COLUMNS)
     padj = np.full(len(changes), np.nan)
     have = changes["pvalue"].notna().to_numpy() if len(changes) else np.zeros(0, bool)
     if have.any():
@@ -260,9 +294,10 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
     changes["pvalue_adjusted"] = padj
     if len(changes):
         excludes = (changes["ci_low"] > 0) | (changes["ci_high"] < 0)
-        changes["flagged"] = (changes["pvalue_adjusted"] < alpha) & excludes
+        changes["flagged"] = (changes["pvalue_adjusted"] < alpha) & excludes & ~changes["too_small"].astype(bool)
     else:
         changes["flagged"] = pd.Series(dtype=bool)
     return VariantComparison(first=names[0], second=names[1], labels=labels, changes=changes, alpha=alpha,
                              correction=correction, meta={"n_samples": len(data), "n_subjects": n_clusters,
-                                                          "n_boot": n_boot})
+                                                          "n_boot": n_boot, "max_k": max_k,
+                                                          "min_subjects": min_subjects})

@@ -26,6 +26,8 @@ def audit_vlm_cmd(
     probe: Optional[str] = typer.Option(None, "--probe", help="Prompt set the text embeddings belong to (default: the one sharing most labels)."),
     combine: str = typer.Option("mean", "--combine", help="mean: the label whose mean prompt embedding is closest (default); max: the label of the single closest prompt (FHIBE's rule)."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
+    max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, tested and corrected with them)."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested (FHIBE: 10)."),
     output: Path = typer.Option(Path("fairvision-vlm-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
@@ -47,20 +49,30 @@ def audit_vlm_cmd(
     from fairvision.io.tables import read_table
     from fairvision.report import Report
     from fairvision.report.sections.vlm import vlm_section
+    from fairvision.vision.clip import read_provenance
 
     if text_embeddings is None:
         read_text_embeddings(None)  # raises the one-line error saying how to make them
     data = read_table(samples)
     result = audit_vlm(data, image_embeddings, text_embeddings, attr, subject_col=subject_col, true_col=true_col,
-                       prompt_sets=load_prompt_sets(prompts), probe=probe, combine=combine, n_boot=n_boot, alpha=alpha,
-                       correction=correction, seed=seed)
+                       prompt_sets=load_prompt_sets(prompts), probe=probe, combine=combine, max_k=max_k,
+                       min_subjects=min_subjects, n_boot=n_boot, alpha=alpha, correction=correction, seed=seed)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    made_by = read_provenance(image_embeddings) or read_provenance(text_embeddings) or {}  # from `audit vlm embed`
+    if made_by.get("note"):
+        typer.echo(f"warning: {made_by['note']}", err=True)
     report = Report(title=title or f"Zero-shot probe: {samples.name}", subtitle="fairvision audit vlm zero-shot",
                     meta={"samples": str(samples), "image embeddings": str(image_embeddings),
                           "text embeddings": str(text_embeddings), "prompts": str(prompts or default_prompts_path()),
                           "probe": result.probe or "(labels of the text embeddings)", "combine": combine,
-                          "correction": correction, "seed": seed, **gate_meta(evaluated)})
-    report.add(vlm_section(result, conditions=evaluated))
+                          "max_k": max_k, "min_subjects": min_subjects, "correction": correction, "seed": seed,
+                          **({"model": made_by["model"]} if made_by.get("model") else {}),
+                          **({"model note": made_by["note"]} if made_by.get("note") else {}),
+                          **gate_meta(evaluated)})
+    section = vlm_section(result, conditions=evaluated)
+    if made_by.get("note"):
+        section.note(made_by["note"], level="warning")
+    report.add(section)
     buf = io.BytesIO()
     result.predictions.to_parquet(buf, index=False)
     paths = report.write(output, extra_files={"predictions.parquet": buf.getvalue()})
@@ -102,37 +114,64 @@ def variants_cmd(
                + ", ".join(f"{k} {v}" for k, v in how.items()))
 
 
+#: output suffixes that make `audit vlm compare` write only the table of changes (the documented first form)
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
 def compare_cmd(
     samples: Path = typer.Option(..., "--samples", help="Sample table of the original images: sample_id, subject_id (optional), the attribute columns."),
     first: Path = typer.Option(..., "--first", help="predictions.parquet of `audit vlm zero-shot` on the first variant (sample_id, predicted)."),
     second: Path = typer.Option(..., "--second", help="predictions.parquet of `audit vlm zero-shot` on the second variant."),
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Output table of the changes (.csv or .parquet)."),
+    output: Path = typer.Option(Path("fairvision-vlm-compare"), "--output", "-o", help="Output folder for report.html, report.json and tables/; a .csv or .parquet file name writes only the table of changes."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit)."),
+    max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes)."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested."),
     correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
     n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing when a condition holds, e.g. 'n_flagged>0', 'max_change>0.1'."),
+    title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
-    """Change of each zero-shot label's rate per group between two image variants: McNemar's exact test on the
-    paired images and a subject-bootstrap CI of the change, corrected across groups (docs/METHODS.md §12.2)."""
-    check_output_file(output, (".csv", ".parquet"))
+    """Change of each zero-shot label's rate per group between two image variants: the paired test (McNemar's
+    exact test on the images and its clustered version on the subjects), a subject-bootstrap CI of the change,
+    corrected across groups; writes a report with a forest plot of the changes (docs/METHODS.md §12.2)."""
+    table_only = output.suffix.lower() in TABLE_SUFFIXES
+    if table_only:
+        check_output_file(output, TABLE_SUFFIXES)
+    else:
+        check_outdir(output)
     if correction not in CORRECTIONS:
         raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     conditions = [parse_condition(c) for c in fail_if]
-    # lazy: numpy and pandas cost about 1 s, several times the CLI's start-up
+    # lazy: numpy, pandas, OpenCV and the report stack cost about 1.5 s, ten times the CLI's start-up
     from fairvision.audits.vlm_variants import compare_variants
     from fairvision.io.tables import read_raw_table, read_table, write_table
+    from fairvision.report import Report
+    from fairvision.report.sections.vlm import compare_section
 
     data = read_table(samples)
     preds = [read_raw_table(p) for p in (first, second)]
     res = compare_variants(data, preds[0], preds[1], attr, names=(str(first), str(second)), subject_col=subject_col,
-                           n_boot=n_boot, level=0.95, alpha=alpha, correction=correction, seed=seed)
+                           max_k=max_k, min_subjects=min_subjects, n_boot=n_boot, level=0.95, alpha=alpha,
+                           correction=correction, seed=seed)
     evaluated = evaluate_conditions(conditions, res.quantities()) if conditions else []
-    write_table(res.changes, output)
-    typer.echo(f"changes: {output.resolve()}")
-    typer.echo(f"{len(res.labels)} labels; {int(res.changes['flagged'].sum())} group changes flagged")
+    n_flagged = int(res.changes["flagged"].sum()) if len(res.changes) else 0
+    if table_only:
+        write_table(res.changes, output)
+        typer.echo(f"changes: {output.resolve()}")
+    else:
+        report = Report(title=title or f"Variant comparison: {first.parent.name or first.name} vs "
+                                       f"{second.parent.name or second.name}",
+                        subtitle="fairvision audit vlm compare",
+                        meta={"samples": str(samples), "first": str(first), "second": str(second), "max_k": max_k,
+                              "min_subjects": min_subjects, "correction": correction, "seed": seed,
+                              **gate_meta(evaluated)})
+        report.add(compare_section(res, conditions=evaluated))
+        paths = report.write(output)
+        done(paths, f"changes: {(output / 'tables').resolve()}")
+    typer.echo(f"{len(res.labels)} labels; {n_flagged} group changes flagged")
     exit_if_gates_failed(evaluated)
 
 

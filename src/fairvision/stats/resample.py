@@ -402,3 +402,36 @@ def count_shares(counts: np.ndarray) -> np.ndarray:
     """
     tot = counts.sum(axis=1, keepdims=True)
     return np.divide(counts, tot, out=np.full(counts.shape, np.nan), where=tot > 0)
+
+
+def bootstrap_column_sums(mat, n_boot: int, seed=0, max_cells: int = 20_000_000) -> np.ndarray:
+    """Column sums of a per-subject matrix under cluster-bootstrap weights (docs/METHODS.md §4.2).
+
+    Parameters
+    ----------
+    mat : scipy.sparse matrix or array, shape (n_subjects, cols)
+        Per-subject sums of whatever is resampled (values and counts of cells).
+    n_boot : int
+    seed : int, Generator or None
+    max_cells : int
+        The weights are drawn in chunks of at most this many numbers (the draws do not depend on the chunk).
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_boot, cols)
+    """
+    from scipy import sparse  # scipy.sparse only for callers that pass a sparse matrix
+
+    mat = sparse.csr_matrix(mat)
+    n_clusters = mat.shape[0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, max_cells // max(1, n_clusters)))
+    out = np.empty((n_boot, mat.shape[1]))
+    # a dense per-subject matrix turns each chunk into one BLAS product; sparse when it would be large
+    per_subject = mat.toarray() if mat.shape[0] * mat.shape[1] <= max_cells else None
+    mt = mat.T.tocsr()
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        w = cluster_bootstrap_weights(n_clusters, stop - start, rng)
+        out[start:stop] = w @ per_subject if per_subject is not None else np.asarray(mt @ w.T).T
+    return out
