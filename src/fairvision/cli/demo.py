@@ -15,10 +15,13 @@ def demo_cmd(
     measure_skin: bool = typer.Option(True, "--measure-skin/--no-measure-skin", help="Measure apparent skin colour of every photo (needs the vision extra)."),
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for skin measurement."),
     n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples for confidence intervals."),
+    vlm: bool = typer.Option(True, "--vlm/--no-vlm", help="Also run the zero-shot vision-language probe with the offline tiny-random CLIP-style model (random weights: it shows the pipeline, its labels are meaningless; needs torch and transformers). Report in OUTPUT/vlm."),
 ):
     """Audit the bundled FairFace sample (540 photos, 9 age groups x 2 genders, CC BY 4.0): group and
     intersection counts, representation, associations and, with the vision extra, apparent skin colour
-    (CIELAB L* and hue) crossed with age and gender. Prints where the report is."""
+    (CIELAB L* and hue) crossed with age and gender; then the zero-shot vision-language probe run end to end with
+    a tiny randomly initialised CLIP-style model (no CLIP weights ship in any PyPI package: its labels are
+    meaningless). Prints where the reports are."""
     from fairvision.datasets import load_demo  # lazy: pandas adds ~0.5 s to `fairvision --help`
 
     df, schema = load_demo(with_schema=True)
@@ -29,7 +32,14 @@ def demo_cmd(
             title="fairvision demo: FairFace sample (540 images)", progress=say,
             report_meta={"data": "FairFace sample, CC BY 4.0 (Karkkainen and Joo, WACV 2021)"},
         )
+        vlm_dir = None
+        if vlm:
+            from fairvision.cli.vlm_embed import run_vlm_demo
+
+            vlm_dir = run_vlm_demo(df, output / "vlm", n_boot=n_boot, progress=say)
     done(paths)
+    if vlm_dir is not None:
+        typer.echo(f"zero-shot probe demo (tiny-random model, meaningless labels): {(vlm_dir / 'report.html').resolve()}")
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:

@@ -83,10 +83,12 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _read_raw(path: Path, fmt: str) -> pd.DataFrame:
+def _read_raw(path: Path, fmt: str, text_cols: Sequence[str] = ()) -> pd.DataFrame:
     try:
         if fmt in ("csv", "tsv"):
-            return pd.read_csv(path, sep="\t" if fmt == "tsv" else ",")
+            # identifiers stay text: "001" is not the number 1 (keys of images, embeddings and answers)
+            keys = dict.fromkeys([*_ID_ALIASES, SUBJECT_ID, *_PATH_ALIASES, *text_cols], str)
+            return pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", dtype=keys)
         if fmt == "parquet":
             return pd.read_parquet(path)
         if fmt == "json":
@@ -156,7 +158,7 @@ def read_table(
         raise InputFileError(f"{path}: no such file")
     if path.is_dir():
         raise InputFileError(f"{path}: is a folder; give a table file (use fairvision.datasets.from_folder for image folders)")
-    df = _read_raw(path, _detect_format(path, fmt))
+    df = _read_raw(path, _detect_format(path, fmt), [c for c in (sample_id_col, subject_col, image_col) if c])
     if df.shape[0] == 0:
         raise InputFileError(f"{path}: the table has no rows")
     df.columns = [str(c) for c in df.columns]
