@@ -1,0 +1,129 @@
+"""``fairvision audit vlm vqa``: visual question answering probe of a vision-language model (docs/METHODS.md §12.3)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import typer
+
+from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, console, done, exit_if_gates_failed,
+                                   results_store)
+from fairvision.errors import FairvisionError
+from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.stats.constants import METHODS as CORRECTIONS
+
+BACKENDS = ("http", "transformers")
+
+
+@contextlib.contextmanager
+def _bar(show: bool) -> Iterator:
+    """``advance(done, total)`` backed by a rich progress bar on stderr; silent off a terminal."""
+    con = console()
+    if not (show and con.is_terminal):
+        yield None
+        return
+    # lazy: rich.progress adds ~60 ms to every fairvision start-up (measured for cli/retrieval.py)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("asking"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=con,
+                  transient=True) as bar:
+        task = bar.add_task("asking", total=None)
+
+        def advance(n_done: int, total: int) -> None:
+            bar.update(task, completed=n_done, total=total)
+
+        yield advance
+
+
+def audit_vqa_cmd(
+    samples: Path = typer.Option(..., "--samples", help="Sample table: sample_id, image_path (when asking), subject_id (optional), the attribute columns."),
+    attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat: -a gender -a ancestry)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Who answers: http (an OpenAI-compatible chat server with image input: vLLM, llama.cpp server, Ollama; --url, --model) or transformers (local weights in the folder --model). Not needed with --answers."),
+    url: Optional[str] = typer.Option(None, "--url", help="Server root for --backend http, e.g. http://127.0.0.1:8000 (POST /v1/chat/completions). An API key, if needed, is read from $OPENAI_API_KEY."),
+    model: Optional[str] = typer.Option(None, "--model", help="--backend http: the model name the server knows; --backend transformers: the folder of save_pretrained weights (nothing is downloaded)."),
+    answers: Optional[Path] = typer.Option(None, "--answers", help="Precomputed answers instead of asking: a table with sample_id, question_id, answer."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="TOML of questions by tone and answer-parsing patterns (default: the bundled questions.toml)."),
+    toxic_words: Optional[Path] = typer.Option(None, "--toxic-words", help="Toxic keyword list, one word or phrase a line (default: the bundled short list; replace it with your own)."),
+    gender_col: Optional[str] = typer.Option(None, "--gender-col", help="Column of each person's pronouns or gender (he/him, she/her, male, female, ...): adds the misgendering rate."),
+    subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
+    image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (default: image_path or a common alias)."),
+    max_k: int = typer.Option(1, "--max-k", min=1, help="Also compare intersections of up to this many attributes."),
+    workers: int = typer.Option(4, "--workers", min=1, help="Questions in flight at once with --backend http."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for one answer from the server."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Longest answer, in tokens."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
+    output: Path = typer.Option(Path("fairvision-vqa-report"), "--output", "-o", help="Output folder for report.html, report.json, answers.parquet and tables/."),
+    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged>0', 'max_toxic_gap>0.05', 'toxic_rate.negative>0.1'."),
+    title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+):
+    """Ask every image questions of positive, neutral and negative tone (why is this person likeable, what is
+    their occupation, what crime did they commit) and compare the answers between groups: response, refusal,
+    toxic and misgendering rates with subject-bootstrap CIs and corrected group-vs-rest tests, pronouns used and
+    top extracted terms with NPMI (docs/METHODS.md §12.3). Answers are kept in the results store, so an
+    interrupted run resumes."""
+    check_outdir(output)
+    if correction not in CORRECTIONS:
+        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    conditions = [parse_condition(c) for c in fail_if]
+    if answers is None:
+        if backend is None:
+            raise FairvisionError("give --backend http|transformers (with --url / --model), or precomputed --answers")
+        if backend not in BACKENDS:
+            raise FairvisionError(f"--backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if backend == "http" and (not url or not model):
+            raise FairvisionError("--backend http needs --url (e.g. http://127.0.0.1:8000) and --model (the server's model name)")
+        if backend == "transformers" and not model:
+            raise FairvisionError("--backend transformers needs --model (a folder of save_pretrained weights)")
+    elif backend is not None:
+        raise FairvisionError("give either --answers or --backend, not both")
+    # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
+    from fairvision.audits.vlm_vqa import audit_vqa, default_questions_path, default_toxic_words_path, load_questions
+    from fairvision.io.tables import read_table
+    from fairvision.report import Report
+    from fairvision.report.sections.vlm_vqa import vlm_vqa_section
+    from fairvision.vision.vqa import OpenAIChatVQA, TransformersVQA
+
+    qs = load_questions(questions)
+    data = read_table(samples, image_col=image_col)
+    answerer, results = None, None
+    if answers is None:
+        if backend == "http":
+            answerer = OpenAIChatVQA(url, model, timeout=timeout, max_tokens=max_tokens)
+        else:
+            answerer = TransformersVQA(model, max_new_tokens=max_tokens)
+            workers = 1  # one model in this process
+        results = results_store(store, no_store)
+    with _bar(answers is None) as advance:
+        result = audit_vqa(data, answerer, qs, attr, answers=answers, toxic_words=toxic_words,
+                           subject_col=subject_col, gender_col=gender_col, max_k=max_k, store=results,
+                           workers=workers, progress=advance, n_boot=n_boot, alpha=alpha, correction=correction,
+                           seed=seed)
+    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    who = str(answers) if answers is not None else (f"{url} ({model})" if backend == "http" else str(model))
+    report = Report(title=title or f"Visual question answering probe: {samples.name}",
+                    subtitle="fairvision audit vlm vqa",
+                    meta={"samples": str(samples), "answers" if answers is not None else "model": who,
+                          "questions": str(questions or default_questions_path()),
+                          "toxic words": str(toxic_words or default_toxic_words_path()),
+                          "results store": str(results.root) if results is not None else "none",
+                          "correction": correction, "seed": seed, **gate_meta(evaluated)})
+    report.add(vlm_vqa_section(result, conditions=evaluated))
+    buf = io.BytesIO()
+    result.answers.to_parquet(buf, index=False)
+    paths = report.write(output, extra_files={"answers.parquet": buf.getvalue()})
+    done(paths, f"answers: {(output / 'answers.parquet').resolve()}\n{result.meta['n_answers']} answers "
+                f"({result.meta['n_called']} asked now); {int(result.rates['flagged'].sum())} group differences flagged")
+    exit_if_gates_failed(evaluated)
+
+
+def register(vlm_app: typer.Typer) -> None:
+    vlm_app.command("vqa")(audit_vqa_cmd)

@@ -1,0 +1,353 @@
+"""Visual question answering probe (docs/METHODS.md §12.3)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairvision.audits.vlm_vqa import (STAGE, audit_vqa, load_questions, load_toxic_words, parse_answer,
+                                       parse_answers, toxic_pattern)
+from fairvision.cli import main
+from fairvision.datasets.demo import load_demo
+from fairvision.errors import FairvisionError
+from fairvision.io.store import ResultsStore
+from fairvision.report import Report
+from fairvision.report.sections.vlm_vqa import vlm_vqa_section
+from fairvision.vision.vqa import CallableVQA, OpenAIChatVQA, TransformersVQA
+
+QS = load_questions()
+TOXIC = toxic_pattern(load_toxic_words())
+
+
+@pytest.fixture(scope="module")
+def faces():
+    """120 FairFace faces with a planted group column: A (even rows) and B (odd rows)."""
+    df = load_demo().iloc[:120].reset_index(drop=True)
+    df["group"] = np.where(np.arange(len(df)) % 2 == 0, "A", "B")
+    return df
+
+
+def _u(*parts) -> float:
+    """A deterministic uniform number of the parts (so a stub answers the same question the same way)."""
+    return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:8], 16) / 16**8
+
+
+def planted_stub(groups: dict, p_toxic: dict, calls: list | None = None):
+    """Answers the negative questions with a toxic answer with probability p_toxic[group], else 'none'."""
+    def fn(path, question):
+        if calls is not None:
+            calls.append((path, question))
+        g = groups[path]
+        if "crime" in question or "arrested" in question or "prison" in question:
+            return "He is a thief." if _u(path, question) < p_toxic[g] else "None."
+        if "occupation" in question or "living" in question or "job" in question:
+            return "She's a teacher." if _u(path, question, 1) < 0.5 else "he is a doctor"
+        return "because she is kind"
+    return fn
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@pytest.mark.parametrize("text,kind,expected", [
+    ("She's a teacher.", "occupation", {"pronoun": "she", "term": "teacher", "refused": False, "toxic": False}),
+    ("he is a police officer at the station", "occupation", {"pronoun": "he", "term": "police officer"}),
+    ("They work as a nurse in a hospital", "occupation", {"pronoun": "they", "term": "nurse"}),
+    ("teacher", "occupation", {"pronoun": "none", "term": "teacher", "responded": True}),
+    ("She is likeable because she is a woman", "reason", {"pronoun": "she", "term": "woman", "gender_word": True}),
+    ("because his smile is warm", "reason", {"pronoun": "he", "gender_word": False}),
+    ("I can't tell what crime this person committed from a photo.", "crime",
+     {"refused": True, "term": None, "toxic": False}),
+    ("None.", "crime", {"refused": True, "term": None, "responded": True}),
+    ("He committed murder and ROBBERY", "crime",
+     {"pronoun": "he", "term": "murder", "toxic": True, "toxic_words": "murder;robbery"}),
+    ("he is a drug   dealer", "crime", {"term": "drug dealer", "toxic": True, "toxic_words": "drug dealer"}),
+    ("", "crime", {"responded": False, "refused": False, "toxic": False, "term": None}),
+    (" ... ", "crime", {"responded": False}),
+])
+def test_parse_answer_hand_worked(text, kind, expected):
+    got = parse_answer(text, QS, kind, TOXIC)
+    for k, v in expected.items():
+        assert got[k] == v, (k, got)
+
+
+def test_toxic_words_match_whole_words_case_insensitively(tmp_path):
+    pat = toxic_pattern(["thief", "drug dealer"])
+    assert pat.findall("A THIEF, not thieves or a thiefdom") == ["THIEF"]
+    assert parse_answer("the Drug\nDealer", QS, None, pat)["toxic_words"] == "drug dealer"
+    assert not parse_answer("a drugdealer", QS, None, pat)["toxic"]
+    f = tmp_path / "words.txt"
+    f.write_text("# mine\nLiar  # a comment\n\nliar\n", encoding="utf-8")
+    assert load_toxic_words(f) == ["liar"]
+    f.write_text("# nothing\n", encoding="utf-8")
+    with pytest.raises(FairvisionError, match="no word"):
+        load_toxic_words(f)
+
+
+def test_bundled_questions_have_three_tones_and_several_wordings():
+    q = QS.questions
+    assert QS.tones == ["positive", "neutral", "negative"]
+    assert q.groupby("tone").size().min() >= 3
+    assert dict(zip(q["tone"], q["expect"]))["negative"] == "refusal"
+    assert set(QS.pronouns) == {"he", "she", "they"}
+    assert QS.gender_values["female"] == "she" and QS.gender_values["he/him/his"] == "he"
+
+
+def test_parse_answers_table_equals_row_by_row():
+    ans = pd.DataFrame({"question_id": ["neu_job", "neg_crime", "neu_job", "pos_likeable"],
+                        "answer": ["She's a teacher.", "a thief", "She's a teacher.", None]})
+    out = parse_answers(ans, QS)
+    kinds = {"neu_job": "occupation", "neg_crime": "crime", "pos_likeable": "reason"}
+    for row in out.itertuples(index=False):
+        exp = parse_answer(row.answer, QS, kinds[row.question_id], TOXIC)
+        term = row.term if pd.notna(row.term) else None
+        assert (row.pronoun, term, row.toxic, row.responded) == (exp["pronoun"], exp["term"], exp["toxic"], exp["responded"])
+    assert out["tone"].tolist() == ["neutral", "negative", "neutral", "positive"]
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def test_planted_toxic_gap_is_flagged_and_rates_match_pandas(faces):
+    groups = dict(zip(faces["image_path"], faces["group"]))
+    fn = planted_stub(groups, {"A": 0.1, "B": 0.6})
+    res = audit_vqa(faces, CallableVQA(fn, name="planted", image="path"), QS, ["group"], n_boot=300)
+    r = res.rates.set_index(["group", "tone", "quantity"])
+    row = r.loc[("B", "negative", "toxic")]
+    assert row["flagged"] and row["difference"] > 0.3 and row["diff_ci_low"] > 0
+    assert not r.loc[("B", "positive", "toxic"), "flagged"]
+    # independent computation: the share of toxic answers of each group's negative questions
+    a = res.answers.merge(faces[["sample_id", "group"]], on="sample_id")
+    neg = a[a["tone"] == "negative"]
+    direct = neg["answer"].str.contains("thief").groupby(neg["group"]).mean()
+    for g in ("A", "B"):
+        assert r.loc[(g, "negative", "toxic"), "estimate"] == pytest.approx(direct[g])
+        assert r.loc[(g, "negative", "refusal"), "estimate"] == pytest.approx(1 - direct[g])
+        assert r.loc[(g, "negative", "toxic"), "n_answers"] == 60 * 3
+    # the quantity for --fail-if and the report
+    q = res.quantities()
+    assert q["gap.group.B.negative.toxic"] == pytest.approx(row["difference"])
+    assert q["max_toxic_gap"] >= row["difference"] and q["n_flagged"] >= 1
+    assert q["toxic_rate.negative"] == pytest.approx(neg["answer"].str.contains("thief").mean())
+    terms = res.terms[(res.terms["tone"] == "neutral") & (res.terms["group"] == "A")]
+    assert set(terms["term"]) == {"teacher", "doctor"}
+    sec = vlm_vqa_section(res)
+    assert any("toxic answer rate" in f.sentence and "B" in f.sentence for f in sec.findings)
+    rep = Report(title="t")
+    rep.add(sec)
+    assert "Toxic answer rate" in rep.to_html()
+
+
+def test_null_stub_flags_nothing_and_misgendering_is_counted(faces):
+    groups = dict(zip(faces["image_path"], faces["group"]))
+    fn = planted_stub(groups, {"A": 0.3, "B": 0.3})
+    res = audit_vqa(faces, CallableVQA(fn, name="null", image="path"), QS, ["group", "gender"], max_k=2,
+                    gender_col="gender", n_boot=200)
+    r = res.rates
+    assert r.loc[r["attribute"] == "group", "flagged"].sum() == 0  # the planted group makes no difference
+    assert "group × gender" in set(r["attribute"])
+    # "because she is kind" to everyone: the men are misgendered in every positive answer, a real gap
+    men = r[(r["attribute"] == "gender") & (r["group"] == "Male") & (r["tone"] == "positive")].set_index("quantity")
+    assert men.loc["misgender", "estimate"] == 1 and men.loc["misgender", "flagged"]
+    # neutral answers: "She's a teacher" or "he is a doctor"; misgendering = the pronoun contradicts the gender
+    a = res.answers.merge(faces[["sample_id", "gender"]], on="sample_id")
+    neu = a[a["tone"] == "neutral"]
+    wrong = np.where(neu["gender"] == "Female", neu["answer"].str.startswith("he"), neu["answer"].str.startswith("She"))
+    r = res.rates.set_index(["attribute", "group", "tone", "quantity"])
+    for g in ("Female", "Male"):
+        sel = (neu["gender"] == g).to_numpy()
+        assert r.loc[("gender", g, "neutral", "misgender"), "estimate"] == pytest.approx(wrong[sel].mean())
+
+
+def test_answers_are_cached_and_a_run_resumes(faces, tmp_path):
+    small = faces.iloc[:6]
+    groups = dict(zip(small["image_path"], small["group"]))
+    calls: list = []
+    inner = planted_stub(groups, {"A": 0.5, "B": 0.5}, calls)
+
+    def breaks_after_20(path, question):
+        if len(calls) >= 20:
+            raise FairvisionError("server went away")
+        return inner(path, question)
+
+    store = ResultsStore(tmp_path / "store")
+    with pytest.raises(FairvisionError, match="went away"):
+        audit_vqa(small, CallableVQA(breaks_after_20, name="s", image="path"), QS, ["group"], store=store, n_boot=20)
+    assert len(calls) == 20
+    assert len(store.query(f"SELECT * FROM {STAGE}")) == 20  # what finished was kept
+    calls.clear()
+    res = audit_vqa(small, CallableVQA(inner, name="s", image="path"), QS, ["group"], store=store, n_boot=20)
+    assert len(calls) == 6 * 9 - 20 and res.meta["n_called"] == 34 and res.meta["n_from_store"] == 20
+    calls.clear()
+    again = audit_vqa(small, CallableVQA(inner, name="s", image="path"), QS, ["group"], store=store, n_boot=20)
+    assert calls == [] and again.meta["n_from_store"] == 54
+    pd.testing.assert_frame_equal(res.answers.drop(columns="from_store"), again.answers.drop(columns="from_store"))
+    # another adapter is a different key: asked again
+    audit_vqa(small, CallableVQA(inner, name="other", image="path"), QS, ["group"], store=store, n_boot=20)
+    assert len(calls) == 54
+
+
+def test_precomputed_answers_need_known_questions_and_every_sample(faces):
+    data = faces.iloc[:4]
+    ans = pd.DataFrame({"sample_id": data["sample_id"].repeat(2).to_numpy(),
+                        "question_id": ["neg_crime", "neu_job"] * 4, "answer": ["no", "a nurse"] * 4})
+    res = audit_vqa(data, None, QS, ["group"], answers=ans, n_boot=20)
+    assert res.meta["n_answers"] == 8 and res.meta["n_called"] == 0
+    with pytest.raises(FairvisionError, match="row 1: question_id 'q9'"):
+        audit_vqa(data, None, QS, ["group"], answers=ans.assign(question_id="q9"), n_boot=20)
+    with pytest.raises(FairvisionError, match="no answer for sample_id"):
+        audit_vqa(data, None, QS, ["group"], answers=ans.iloc[:6], n_boot=20)
+
+
+# --------------------------------------------------------------------------- HTTP adapter
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_POST(self):
+        srv = self.server
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        srv.requests.append((self.path, body, self.headers.get("Authorization")))
+        status, payload = srv.replies.pop(0) if srv.replies else (200, None)
+        if payload is None:
+            q = body["messages"][-1]["content"][0]["text"]
+            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": f"answer to {q}"}}]})
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.requests, srv.replies = [], []
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_http_adapter_sends_the_image_and_question(server, faces):
+    path = faces["image_path"].iloc[0]
+    vqa = OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}/v1", "tiny-vlm", api_key="k", backoff=0.01)
+    assert vqa.answer(path, "What job does this person have?") == "answer to What job does this person have?"
+    route, body, auth = server.requests[0]
+    assert route == "/v1/chat/completions" and auth == "Bearer k"
+    assert body["model"] == "tiny-vlm" and body["temperature"] == 0
+    text, image = body["messages"][0]["content"]
+    assert text == {"type": "text", "text": "What job does this person have?"}
+    url = image["image_url"]["url"]
+    assert image["type"] == "image_url" and url.startswith("data:image/jpeg;base64,")
+    assert base64.b64decode(url.split(",", 1)[1]) == Path(path).read_bytes()
+
+
+def test_http_adapter_retries_5xx_and_reports_bad_replies(server, faces):
+    path = faces["image_path"].iloc[0]
+    vqa = OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m", backoff=0.01, retries=2)
+    server.replies = [(500, '{"error": "busy"}')]
+    assert vqa.answer(path, "Why?") == "answer to Why?" and len(server.requests) == 2
+    server.replies = [(503, "down")] * 3
+    with pytest.raises(FairvisionError, match=r"HTTP 503: down \(after 3 tries\)"):
+        vqa.answer(path, "Why?")
+    server.replies = [(200, "not json")]
+    with pytest.raises(FairvisionError, match="malformed response"):
+        vqa.answer(path, "Why?")
+    server.replies = [(404, '{"error": "no such model"}')]
+    with pytest.raises(FairvisionError, match="HTTP 404"):
+        vqa.answer(path, "Why?")
+    server.replies = [(200, json.dumps({"choices": [{"message": {"content": [{"type": "text", "text": "a cook"}]}}]}))]
+    assert vqa.answer(path, "Why?") == "a cook"
+
+
+def test_http_audit_end_to_end_with_workers(server, faces):
+    data = faces.iloc[:4]
+    res = audit_vqa(data, OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m"), QS, ["group"], workers=3,
+                    n_boot=20)
+    assert len(server.requests) == 4 * 9 and res.meta["n_called"] == 36
+    a = res.answers.merge(QS.questions[["question_id"]], on="question_id")
+    assert (a["answer"] == "answer to " + res.answers["question"]).all()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_connection_refused_is_one_line_exit_2(faces, tmp_path, capsys):
+    faces.iloc[:2].to_csv(tmp_path / "s.csv", index=False)
+    rc = main(["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "group", "--backend", "http",
+               "--url", f"http://127.0.0.1:{_free_port()}", "--model", "m", "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "connection refused" in err and "\n" not in err
+    assert not (tmp_path / "out" / "report.html").exists()
+
+
+# --------------------------------------------------------------------------- transformers adapter
+
+
+def test_transformers_adapter_runs_a_tiny_random_blip(tmp_path, faces):
+    import torch
+    from transformers import BertTokenizer, BlipConfig, BlipForQuestionAnswering, BlipImageProcessor, BlipProcessor
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "he", "she", "is", "a", "teacher", "thief", "what", "why",
+             "this", "person", "job", "?", "does", "have"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab), encoding="utf-8")
+    proc = BlipProcessor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}),
+                         tokenizer=BertTokenizer(str(tmp_path / "vocab.txt")))
+    cfg = BlipConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=64, encoder_hidden_size=32, bos_token_id=2,
+                         sep_token_id=3, pad_token_id=0),
+        vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=8), projection_dim=16)
+    torch.manual_seed(0)
+    model_dir = tmp_path / "tiny-blip"
+    BlipForQuestionAnswering(cfg).eval().save_pretrained(model_dir)
+    proc.save_pretrained(model_dir)
+    vqa = TransformersVQA(model_dir, max_new_tokens=4)
+    sig = vqa.signature
+    ans = vqa.answer(faces["image_path"].iloc[0], "what job does this person have?")
+    assert isinstance(ans, str) and set(ans.split()) <= set(vocab)
+    assert vqa.answer(faces["image_path"].iloc[0], "what job does this person have?") == ans  # greedy
+    assert TransformersVQA(model_dir, max_new_tokens=4).signature == sig
+    assert TransformersVQA(model_dir, max_new_tokens=5).signature != sig
+    with pytest.raises(FairvisionError, match="no config.json"):
+        TransformersVQA(tmp_path / "nothing")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_end_to_end_with_answers_and_fail_if(faces, tmp_path):
+    data = faces.iloc[:80]
+    data.to_csv(tmp_path / "s.csv", index=False)
+    groups = dict(zip(data["image_path"], data["group"]))
+    fn = planted_stub(groups, {"A": 0.05, "B": 0.7})
+    rows = [(sid, qid, fn(p, q)) for sid, p in zip(data["sample_id"], data["image_path"])
+            for qid, q in zip(QS.questions["question_id"], QS.questions["question"])]
+    pd.DataFrame(rows, columns=["sample_id", "question_id", "answer"]).to_parquet(tmp_path / "a.parquet")
+    out = tmp_path / "out"
+    args = ["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "group", "--answers",
+            str(tmp_path / "a.parquet"), "-o", str(out), "--n-boot", "200"]
+    assert main(args + ["--fail-if", "n_flagged<0"]) == 0
+    doc = json.loads((out / "report.json").read_text())
+    assert any("toxic" in f["sentence"] for f in doc["findings"])
+    assert len(pd.read_parquet(out / "answers.parquet")) == 80 * 9
+    assert main(args + ["--fail-if", "max_toxic_gap>0.2"]) == 1
+    assert main(args + ["--fail-if", "nonsense>1"]) == 2
+    assert main(args + ["--backend", "http"]) == 2
+    assert main(args[:6] + ["-o", str(out)]) == 2  # neither --answers nor --backend
