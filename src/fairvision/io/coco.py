@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -102,12 +102,19 @@ def _check_record(rec: dict, where: str, *, need_score: bool = False) -> dict:
 _ANN_COLS = ["id", "image_id", "category_id", "bbox", "segmentation", "keypoints", "area", "iscrowd", "num_keypoints"]
 
 
-def read_coco(path: str | os.PathLike) -> CocoDataset:
+def read_coco(path: str | os.PathLike, *, extra_keys: Sequence[str] = ()) -> CocoDataset:
     """Read COCO ground truth: ``{"images": [...], "annotations": [...], "categories": [...]}``.
 
     Checks: image ids unique; every annotation's ``image_id`` is a known image
     and its ``category_id`` a known category (when categories are listed);
     boxes, keypoints and segmentations well formed.
+
+    Parameters
+    ----------
+    path : path-like
+    extra_keys : sequence of str
+        Annotation fields beyond COCO's own to keep as extra columns of
+        ``annotations`` (e.g. an annotator id); ``None`` where a record lacks one.
     """
     data = _load(path)
     src = str(path)
@@ -139,12 +146,15 @@ def read_coco(path: str | os.PathLike) -> CocoDataset:
     for i, a in enumerate(data["annotations"]):
         where = f"{src}: annotations[{i}]" + (f" (id {a.get('id')!r})" if isinstance(a, dict) and "id" in a else "")
         rec = _check_record(a, where)
+        for k in extra_keys:
+            rec[k] = a.get(k)
         if rec["image_id"] not in seen:
             raise InputFileError(f"{where}: image_id {rec['image_id']!r} is not in 'images'")
         if cat_ids and rec["category_id"] not in cat_ids:
             raise InputFileError(f"{where}: category_id {rec['category_id']!r} is not in 'categories'")
         anns.append(rec)
-    ann_df = pd.DataFrame.from_records(anns, columns=_ANN_COLS) if anns else pd.DataFrame(columns=_ANN_COLS)
+    cols = _ANN_COLS + [k for k in extra_keys if k not in _ANN_COLS]
+    ann_df = pd.DataFrame.from_records(anns, columns=cols) if anns else pd.DataFrame(columns=cols)
     return CocoDataset(pd.DataFrame(imgs, columns=["image_id", "file_name", "width", "height"]), ann_df,
                        pd.DataFrame(cat_rows, columns=["category_id", "name", "keypoints", "skeleton"]), src)
 

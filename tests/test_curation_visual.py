@@ -1,0 +1,135 @@
+"""Visual statistics (docs/METHODS.md §13.3): hand-worked shape statistics, a planted group difference, the CLI
+and the built-in models on real portraits."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.spatial import ConvexHull
+
+from fairvision.audits.curation.visual import audit_visual, coco_from_models, instance_statistics
+from fairvision.cli import main
+from fairvision.datasets.demo import load_portraits
+from fairvision.io.coco import read_coco
+from fairvision.metrics import shape
+
+
+def test_box_statistics_by_hand():
+    # image 200 x 100, box x=50, y=25, w=100, h=50: centred, a quarter of the image, twice as wide as high
+    b = [[50, 25, 100, 50], [0, 0, 20, 10]]
+    assert shape.box_area_ratio(b, 200, 100) == pytest.approx([0.25, 200 / 20000])
+    assert shape.box_aspect_ratio(b) == pytest.approx([2.0, 2.0])
+    # second centre (10, 5); image centre (100, 50): distance sqrt(90² + 45²) over half the diagonal sqrt(200²+100²)/2
+    assert shape.centre_distance(b, 200, 100) == pytest.approx([0.0, np.hypot(90, 45) / (np.hypot(200, 100) / 2)])
+    assert shape.centre_distance([[0, 0, 0, 0]], 200, 100)[0] == pytest.approx(1.0)  # centre in the corner
+    assert shape.box_centres(b, 200, 100) == pytest.approx(np.array([[0.5, 0.5], [0.05, 0.05]]))
+
+
+def test_c_shaped_mask_concavity_by_hand():
+    # a 10 x 10 square with a 4 x 6 notch cut from its right side: area 76, hull the full square (100)
+    m = np.zeros((14, 14), bool)
+    m[2:12, 2:12] = True
+    m[5:9, 6:12] = False
+    assert shape.mask_area_ratio(m) == pytest.approx(76 / 196)
+    assert shape.mask_concavity(m) == pytest.approx(1 - 76 / 100)
+    full = np.zeros((5, 7), bool)
+    full[1:4, 2:6] = True
+    assert shape.mask_concavity(full) == 0.0
+    # staircase of 10 pixels; hull (0,0),(1,0),(4,3),(4,4),(0,4): shoelace (0 + 3 + 4 + 16 + 0) / 2 = 11.5
+    tri = np.tril(np.ones((4, 4), bool))
+    assert shape.mask_concavity(tri) == pytest.approx(1 - 10 / 11.5)
+    assert np.isnan(shape.mask_concavity(np.zeros((3, 3), bool)))
+
+
+def test_convex_hull_against_scipy():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        pts = rng.integers(0, 25, size=(rng.integers(4, 80), 2)).astype(float)
+        if np.linalg.matrix_rank(pts - pts[0]) < 2:
+            continue
+        assert shape.polygon_area(shape.convex_hull(pts)) == pytest.approx(ConvexHull(pts).volume)
+
+
+def test_keypoint_spread_and_visibility_by_hand():
+    # three labelled keypoints at the corners of a 3-4-5 triangle, one unlabelled; image 30 x 40 (diagonal 50)
+    kp = np.array([[0, 0, 2], [3, 0, 2], [0, 4, 1], [9, 9, 0]], float)
+    assert shape.keypoint_spread(kp, 30, 40)[0] == pytest.approx((3 + 4 + 5) / 3 / 50)
+    assert shape.visible_fraction(kp)[0] == pytest.approx(2 / 4)
+    assert np.isnan(shape.keypoint_spread(np.array([[1, 1, 2], [0, 0, 0]], float), 10, 10)[0])
+
+
+def _planted(tmp_path, n=40):
+    rng = np.random.default_rng(0)
+    images, anns, rows = [], [], []
+    for i in range(n):
+        g = "near" if i % 2 == 0 else "far"
+        s = 0.6 if g == "near" else 0.3
+        w, h = 200 * s * rng.uniform(0.9, 1.1), 100 * s * rng.uniform(0.9, 1.1)
+        x, y = 100 - w / 2 + rng.normal(0, 5), 50 - h / 2 + rng.normal(0, 5)
+        images.append({"id": i, "file_name": f"im{i}.jpg", "width": 200, "height": 100})
+        anns.append({"id": i + 1, "image_id": i, "category_id": 1, "bbox": [x, y, w, h],
+                     "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+                     "keypoints": [x + 1, y + 1, 2, x + w - 1, y + h - 1, 2, x + w / 2, y + h / 2, 1]})
+        rows.append({"sample_id": f"im{i}", "subject_id": f"s{i}", "distance": g})
+    (tmp_path / "ann.json").write_text(json.dumps({"images": images, "annotations": anns,
+                                                   "categories": [{"id": 1, "name": "person"}]}))
+    pd.DataFrame(rows).to_csv(tmp_path / "samples.csv", index=False)
+    return tmp_path / "ann.json", tmp_path / "samples.csv", pd.DataFrame(rows)
+
+
+def test_instance_statistics_match_metrics(tmp_path):
+    ann, _, _ = _planted(tmp_path, 6)
+    gt = read_coco(ann)
+    inst = instance_statistics(gt)
+    b = np.array(gt.annotations["bbox"].tolist())
+    assert inst["box_area_ratio"].to_numpy() == pytest.approx(b[:, 2] * b[:, 3] / 20000)
+    assert inst["visible_fraction"].to_numpy() == pytest.approx(np.full(6, 2 / 3))
+
+
+def test_planted_group_difference_is_found(tmp_path):
+    ann, _, samples = _planted(tmp_path)
+    res = audit_visual(samples, read_coco(ann), ["distance"], min_subjects=5, n_boot=100)
+    om = res.omnibus.set_index("metric")
+    assert om.loc["person.box_area_ratio", "significant"]
+    assert om.loc["person.mask_area_ratio", "significant"]
+    assert not om.loc["person.aspect_ratio", "significant"]  # same shape in both groups
+    t = res.groups[("person.box_area_ratio", "distance")]
+    assert t.loc["near", "median"] > 3 * t.loc["far", "median"]
+    assert (t["q25"] <= t["median"]).all() and (t["median"] <= t["q75"]).all()
+    # centres heat map: every box centre is near the middle of the image
+    hm = res.heatmap("person centres")
+    assert hm.sum() == pytest.approx(1.0) and hm[8:12, 8:12].sum() > 0.9
+    assert res.heatmap("person centres", "distance", "near").sum() == pytest.approx(1.0)
+    assert res.quantities()["omnibus_significant"] >= 2
+
+
+def test_cli_end_to_end(tmp_path):
+    ann, samples, _ = _planted(tmp_path)
+    out = tmp_path / "rep"
+    rc = main(["curate", "visual", "--coco", str(ann), "--samples", str(samples), "-a", "distance",
+               "--min-subjects", "5", "--n-boot", "50", "-o", str(out)])
+    assert rc == 0
+    assert (out / "report.html").exists() and (out / "instances.csv").exists()
+    rep = json.loads((out / "report.json").read_text())
+    assert any("box_area_ratio" in f["sentence"] for f in rep.get("findings", []))
+    rc = main(["curate", "visual", "--coco", str(ann), "--samples", str(samples), "-a", "distance",
+               "--min-subjects", "5", "--n-boot", "0", "-o", str(tmp_path / "r2"), "--fail-if", "omnibus_significant>0"])
+    assert rc == 1
+    assert main(["curate", "visual", "--coco", str(ann), "--samples", str(samples), "-a", "nope",
+                 "-o", str(tmp_path / "r3")]) == 2
+
+
+def test_built_in_models_on_portraits():
+    data = load_portraits().head(3)
+    gt, failed = coco_from_models(data)
+    assert failed.empty
+    cats = gt.annotations["category_id"].to_numpy()
+    assert (cats == 2).sum() >= 3 and (cats == 1).sum() == 3  # a face in every portrait, one person mask each
+    res = audit_visual(data, gt, n_boot=0)
+    ov = res.overall
+    # portraits: the face fills a few percent to a third of the frame, and is upright and near the centre
+    assert 0.01 < ov.loc["face.box_area_ratio", "median"] < 0.4
+    assert ov.loc["face.centre_distance", "median"] < 0.5
+    assert 0.1 < ov.loc["person.mask_area_ratio", "median"] < 0.95
+    assert 0 <= ov.loc["person.concavity", "median"] < 0.5
