@@ -441,10 +441,12 @@ class ResultsStore:
         df = df.drop_duplicates(list(IDENTITY), keep="last")
         return pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
 
-    def forget(self, subject_id, *, dry_run: bool = False) -> dict[str, int]:
+    def forget(self, subject_id, *, content_hashes: Iterable[str] = (), dry_run: bool = False) -> dict[str, int]:
         """Remove every row of a subject from every stage, all stages in one commit: the rows recorded
         for ``subject_id`` and any row of the same image content (the same bytes stored under another
-        sample or without a subject). Returns rows removed (or, with ``dry_run``, that would be) by stage."""
+        sample or without a subject). ``content_hashes`` adds the SHA-256 of images known to be the
+        subject's (rows stored without a subject id are then found too). Returns rows removed (or, with
+        ``dry_run``, that would be) by stage."""
         subject_id = str(subject_id)
         counts: dict[str, int] = {}
         if not self.root.is_dir():
@@ -453,7 +455,7 @@ class ResultsStore:
             con = duckdb.connect()
             try:
                 stages = self.stages()
-                hashes: set[str] = set()
+                hashes: set[str] = {str(h) for h in content_hashes}
                 for stage in stages:
                     hashes |= {h for (h,) in con.execute(
                         f"SELECT DISTINCT content_hash FROM read_parquet({self._glob(stage)}) "
