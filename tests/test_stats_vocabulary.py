@@ -42,6 +42,8 @@ EXAMPLES = {
     "cmh_from_samples": lambda: S.cmh_from_samples(
         np.tile([0, 1, 1, 0], 15), np.repeat(["x", "y"], 30), np.tile(["s1", "s2", "s3"], 20), x="x", y="y"),
     "mcnemar": lambda: S.mcnemar(np.tile([0, 1, 1, 0, 1], 12).astype(bool), np.tile([1, 1, 0, 0, 1], 12).astype(bool)),
+    "clustered_mcnemar": lambda: S.clustered_mcnemar(np.tile([1.0, -1, 0, 1], 15), np.repeat([0, 1], 30),
+                                                     np.repeat(np.arange(20), 3), 2),
     "parity_test": _parity,
     "contrast_tests": lambda: S.contrast_tests(pd.DataFrame(
         [[20, 10], [12, 18], [50, 50]], index=pd.Index(["x", "y", "catalog"], name="query"),

@@ -33,6 +33,7 @@ _EXPORTS = {
     "cluster_bootstrap_weights": "resample",
     "group_mean_ci": "resample",
     "group_mean_replicates": "resample",
+    "bootstrap_column_sums": "resample",
     "bootstrap_counts": "resample",
     "percentile_ci": "resample",
     "bias_corrected_ci": "resample",
@@ -72,6 +73,13 @@ _EXPORTS = {
     "cochran_mantel_haenszel": "stratified",
     "cmh_from_samples": "stratified",
     "mcnemar": "stratified",
+    # outcomes clustered in subjects (docs/METHODS.md §12.1, §12.2)
+    "group_vs_rest_design_effect": "clustered",
+    "clustered_mcnemar": "clustered",
+    # near-duplicate search (docs/METHODS.md §13.7)
+    "popcount64": "hamming",
+    "hamming_distance": "hamming",
+    "near_duplicate_pairs": "hamming",
     # generative model audits (issue: BiasPainter metamorphic testing)
     "signed_rank_test": "metamorphic",
     "flip_test": "metamorphic",
@@ -83,6 +91,12 @@ _EXPORTS = {
     "paired_difference_test": "paired",
     "paired_od_tests": "paired",
     "PairedDifferenceResult": "paired",
+    # annotation agreement (docs/METHODS.md §13.4)
+    "krippendorff_alpha": "agreement",
+    "coincidence_matrix": "agreement",
+    "AlphaResult": "agreement",
+    "jaccard": "agreement",
+    "label_indicators": "agreement",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,113 @@
+"""``fairvision curate qa``: image quality checks before release (docs/METHODS.md §13.7)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, done, exit_if_gates_failed
+from fairvision.errors import FairvisionError
+
+
+def image_table(source: str):
+    """The images to work on: a folder of images, a sample table with an image path column, or ``portraits``
+    / ``demo`` (the bundled CC0 portraits / FairFace sample)."""
+    # lazy: pandas (about 0.5 s) is only needed once a command runs
+    from fairvision.datasets import from_folder, load_demo, load_portraits
+    from fairvision.io.tables import read_table
+
+    if source == "portraits":
+        return load_portraits()
+    if source == "demo":
+        return load_demo()
+    p = Path(source)
+    if p.is_dir():
+        return from_folder(p, recursive=True)
+    if not p.exists():
+        raise FairvisionError(f"{p}: no such file or folder (or use 'portraits' or 'demo' for the bundled photos)")
+    df = read_table(p)
+    if "image_path" not in df.columns:
+        raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
+    return df
+
+
+class bars:
+    """``progress(done, total)`` backed by a rich progress bar on stderr (silent off a terminal)."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __enter__(self):
+        # lazy: rich.progress adds ~60 ms to every fairvision start-up
+        from rich.console import Console
+        from rich.progress import Progress
+
+        con = Console(stderr=True)
+        self._p = Progress(console=con, transient=True) if con.is_terminal else None
+        if self._p is None:
+            return lambda done, total: None
+        self._p.__enter__()
+        task = self._p.add_task(self.label, total=None)
+        return lambda d, total: self._p.update(task, completed=d, total=total)
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.__exit__(*exc)
+        return False
+
+
+def curate_qa_cmd(
+    source: str = typer.Argument(..., help="A folder of images, a sample table with image paths, or 'portraits' / 'demo'."),
+    output: Path = typer.Option(Path("fairvision-qa-report"), "--output", "-o", help="Output folder for report.html, report.json, tables/ and images.csv."),
+    split_col: Optional[str] = typer.Option(None, "--split-col", help="Column of the split (train/test...): near duplicates across splits are counted."),
+    min_side: int = typer.Option(256, "--min-side", help="Resolution floor: flag images whose shorter side is below this many pixels."),
+    hamming: int = typer.Option(6, "--hamming", help="Near duplicate: perceptual hashes at most this many bits (of 64) apart."),
+    strip_to: Optional[Path] = typer.Option(None, "--strip-metadata-to", help="Write copies of the readable images without EXIF/GPS/XMP/comments into this folder."),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes."),
+    engine: str = ENGINE_OPTION,
+    address: Optional[str] = ADDRESS_OPTION,
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_cross_split_duplicates>0', 'n_with_gps>0'."),
+    title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+):
+    """Check images before release: unreadable or truncated files, a resolution floor, exact and near duplicates
+    (perceptual hashes, also across train/test splits) and EXIF/GPS metadata, optionally writing copies without
+    the metadata (docs/METHODS.md §13.7)."""
+    check_outdir(output)
+    if strip_to is not None:
+        check_outdir(strip_to)
+    conditions = [parse_condition(c) for c in fail_if]
+    # lazy: numpy, pandas, PIL and the report stack cost about 1.5 s, ten times the CLI's start-up
+    from fairvision.audits.curation.qa import audit_images, strip_all
+    from fairvision.io.atomic import atomic_output_dir
+    from fairvision.report import Report
+    from fairvision.report.sections.curation_qa import qa_section
+
+    data = image_table(source)
+    with bars("checking images") as progress:
+        result = audit_images(data, split_col=split_col, min_side=min_side, hamming=hamming, workers=workers,
+                              engine=engine, address=address, progress=progress)
+    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    if strip_to is not None:
+        with atomic_output_dir(strip_to) as stage:
+            result.stripped = strip_all(result.images, stage)
+        result.stripped["stripped_path"] = [str(Path(strip_to) / Path(p).name) for p in result.stripped["stripped_path"]]
+    report = Report(title=title or f"Image quality checks: {Path(source).name}", subtitle="fairvision curate qa",
+                    meta={"source": source, "split column": split_col, "min side": min_side, "hamming": hamming,
+                          "metadata stripped to": str(strip_to) if strip_to else None, **gate_meta(evaluated)})
+    report.add(qa_section(result, conditions=evaluated))
+    buf = io.StringIO()
+    result.images.to_csv(buf, index=False)
+    paths = report.write(output, extra_files={"images.csv": buf.getvalue().encode()})
+    q = result.quantities()
+    done(paths, f"{int(q['n_images'])} images: {int(q['n_unreadable'])} unreadable, {int(q['n_low_resolution'])} "
+                f"below {min_side} px, {int(q['n_near_duplicate_pairs'])} near-duplicate pairs "
+                f"({int(q['n_cross_split_duplicates'])} across splits), {int(q['n_with_gps'])} with GPS")
+    exit_if_gates_failed(evaluated)
+
+
+def register(curate_app: typer.Typer) -> None:
+    curate_app.command("qa")(curate_qa_cmd)

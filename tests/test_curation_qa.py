@@ -1,0 +1,168 @@
+"""Image quality checks (docs/METHODS.md §13.7): Hamming search against brute force, the perceptual hash against
+an independent DCT, planted duplicates across splits, unreadable files, metadata stripping, the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.fftpack
+from PIL import Image
+
+from fairvision.audits.curation.qa import audit_images, strip_metadata, strip_png
+from fairvision.cli import main
+from fairvision.datasets import load_demo, load_portraits
+from fairvision.stats.hamming import hamming_distance, near_duplicate_pairs, popcount64
+from fairvision.vision.phash import grey_thumbnail, inspect_image_file, phash_from_grey
+
+
+def brute_pairs(h, t):
+    hi = [int(x) for x in h]
+    return sorted((bin(hi[a] ^ hi[b]).count("1"), a, b) for a in range(len(hi)) for b in range(a + 1, len(hi))
+                  if bin(hi[a] ^ hi[b]).count("1") <= t)
+
+
+def clustered_hashes(rng, n, flips=4):
+    base = rng.integers(0, 2**64 - 1, size=max(1, n // 4), dtype=np.uint64, endpoint=True)
+    h = base[rng.integers(0, len(base), n)]
+    for _ in range(flips):
+        m = rng.random(n) < 0.5
+        h[m] ^= np.uint64(1) << rng.integers(0, 64, size=int(m.sum())).astype(np.uint64)
+    return h
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_near_duplicate_pairs_equal_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n, t = int(rng.integers(2, 160)), int(rng.integers(0, 16))
+    h = clustered_hashes(rng, n)
+    res = near_duplicate_pairs(h, t)
+    assert list(zip(res["distance"], res["i"], res["j"])) == brute_pairs(h, t)
+
+
+def test_threshold_boundary_and_popcount():
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 2**64 - 1, size=1000, dtype=np.uint64, endpoint=True)
+    assert popcount64(x).tolist() == [bin(int(v)).count("1") for v in x]
+    a = np.uint64(0x0123456789ABCDEF)
+    at_t = a ^ np.uint64(0b1111111 << 20)          # 7 bits apart
+    past = a ^ np.uint64((0b1111111 << 20) | 1 << 63)  # 8 bits apart
+    h = np.array([a, at_t, past], dtype=np.uint64)
+    assert hamming_distance(h[0], h[1:]).tolist() == [7, 8]
+    assert near_duplicate_pairs(h, 7)[["i", "j", "distance"]].values.tolist() == [[1, 2, 1], [0, 1, 7]]
+    assert near_duplicate_pairs(h, 6)[["i", "j"]].values.tolist() == [[1, 2]]
+    assert len(near_duplicate_pairs(h, 8)) == 3
+
+
+def test_cross_split_mode():
+    rng = np.random.default_rng(3)
+    h = clustered_hashes(rng, 120, flips=2)
+    splits = np.where(rng.random(120) < 0.7, "train", "test").astype(object)
+    splits[::17] = None
+    full = near_duplicate_pairs(h, 5, splits=splits)
+    cross = near_duplicate_pairs(h, 5, splits=splits, cross_split_only=True)
+    expect = [(d, i, j) for d, i, j in brute_pairs(h, 5)
+              if splits[i] is not None and splits[j] is not None and splits[i] != splits[j]]
+    assert list(zip(cross["distance"], cross["i"], cross["j"])) == expect
+    assert full["cross_split"].sum() == len(expect)
+
+
+def test_phash_equals_independent_dct():
+    rng = np.random.default_rng(0)
+    thumbs = rng.random((6, 32, 32)) * 255
+    got = phash_from_grey(thumbs)
+    for k in range(6):
+        low = scipy.fftpack.dct(scipy.fftpack.dct(thumbs[k], axis=0), axis=1)[:8, :8]
+        bits = "".join("1" if v else "0" for v in (low > np.median(low)).ravel())
+        assert int(got[k]) == int(bits, 2)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """20 portraits in train; a re-encoded (JPEG q70), resized copy of one of them in test, plus problem files."""
+    d = tmp_path_factory.mktemp("qa")
+    df = load_portraits().head(20).assign(split="train")
+    im = Image.open(df["image_path"][3]).convert("RGB")
+    im.resize((460, 460), Image.BILINEAR).save(d / "planted.jpg", quality=70)
+    exif = Image.Exif()
+    exif[0x010F] = "Camera maker"
+    exif[0x8825] = {1: "N", 2: (52.0, 22.0, 1.5), 3: "E", 4: (4.0, 53.0, 0.0)}
+    Image.open(df["image_path"][8]).save(d / "gps.jpg", quality=92, exif=exif)
+    raw = open(df["image_path"][5], "rb").read()
+    (d / "truncated.jpg").write_bytes(raw[: len(raw) // 2])
+    Image.open(df["image_path"][6]).resize((100, 120)).save(d / "small.png")
+    extra = pd.DataFrame({"sample_id": ["planted", "gps", "truncated", "small"],
+                          "image_path": [str(d / f) for f in ("planted.jpg", "gps.jpg", "truncated.jpg", "small.png")],
+                          "split": ["test", "train", "test", "train"]})
+    return d, pd.concat([df, extra], ignore_index=True)
+
+
+def test_planted_duplicate_found_across_splits(planted):
+    _, data = planted
+    res = audit_images(data, split_col="split")
+    nd = res.near_duplicates
+    cross = nd[nd["cross_split"]]
+    assert {(a, b) for a, b in zip(cross["sample_id_a"], cross["sample_id_b"])} == {("004", "planted")}
+    assert (cross["distance"] <= 2).all()
+    q = res.quantities()
+    assert q["n_cross_split_duplicates"] == 1
+    assert q["n_unreadable"] == 1 and q["n_low_resolution"] == 1 and q["n_with_gps"] == 1
+    bad = res.images.set_index("sample_id").loc["truncated"]
+    assert not bad["readable"] and "truncated" in bad["error"] and bad["image_path"].endswith("truncated.jpg")
+
+
+def test_distinct_faces_not_flagged_at_default_threshold():
+    """False-positive rate at the default threshold on 602 distinct photos (181,101 pairs): 0; closest pair 12 bits."""
+    paths = list(load_portraits()["image_path"]) + list(load_demo()["image_path"])
+    h = np.array([inspect_image_file(p)["phash"] for p in paths], dtype=np.uint64)
+    assert len(near_duplicate_pairs(h, 6)) == 0
+    d = hamming_distance(h[:, None], h[None, :])[np.triu_indices(len(h), 1)]
+    assert d.min() >= 10
+
+
+def test_strip_jpeg_gps_keeps_pixels(planted, tmp_path):
+    d, _ = planted
+    before = inspect_image_file(d / "gps.jpg")
+    assert before["has_exif"] and before["has_gps"]
+    assert strip_metadata(d / "gps.jpg", tmp_path / "clean.jpg") == "jpeg segments"
+    after = inspect_image_file(tmp_path / "clean.jpg")
+    assert not after["has_exif"] and not after["has_gps"]
+    assert b"Camera maker" not in (tmp_path / "clean.jpg").read_bytes()
+    assert np.array_equal(np.asarray(Image.open(d / "gps.jpg")), np.asarray(Image.open(tmp_path / "clean.jpg")))
+
+
+def test_strip_keeps_orientation_and_png_pixels(tmp_path):
+    rng = np.random.default_rng(0)
+    px = rng.integers(0, 255, size=(30, 40, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    exif[0x8825] = {1: "S", 2: (10.0, 0.0, 0.0)}
+    Image.fromarray(px).save(tmp_path / "rot.jpg", quality=90, exif=exif)
+    strip_metadata(tmp_path / "rot.jpg", tmp_path / "rot_clean.jpg")
+    info = inspect_image_file(tmp_path / "rot_clean.jpg")
+    assert info["orientation"] == 6 and not info["has_gps"] and (info["width"], info["height"]) == (30, 40)
+    from PIL import PngImagePlugin
+
+    meta = PngImagePlugin.PngInfo()
+    meta.add_text("Author", "someone")
+    Image.fromarray(px).save(tmp_path / "a.png", pnginfo=meta)
+    clean = strip_png((tmp_path / "a.png").read_bytes())
+    assert b"someone" not in clean
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(clean))), px)
+
+
+def test_cli_qa_end_to_end(planted, tmp_path):
+    _, data = planted
+    data.to_csv(tmp_path / "samples.csv", index=False)
+    args = ["curate", "qa", str(tmp_path / "samples.csv"), "--split-col", "split", "-o", str(tmp_path / "out"),
+            "--strip-metadata-to", str(tmp_path / "clean")]
+    assert main(args) == 0
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert any("two splits" in f["sentence"] for f in doc["findings"])
+    assert "<img" not in (tmp_path / "out" / "report.html").read_text()
+    assert not inspect_image_file(tmp_path / "clean" / "gps.jpg")["has_gps"]
+    assert main(args + ["--fail-if", "n_cross_split_duplicates>0"]) == 1
+    assert main(["curate", "qa", str(tmp_path / "samples.csv"), "--split-col", "nope", "-o", str(tmp_path / "o2")]) == 2
