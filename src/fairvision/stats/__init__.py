@@ -40,6 +40,10 @@ _EXPORTS = {
     "BootstrapResult": "resample",
     "wilson_interval": "proportions",
     "vendi_score": "diversity",
+    "vendi_terms": "diversity",
+    "vendi_ci": "diversity",
+    "rarefied_vendi": "diversity",
+    "rarefied_vendi_draws": "diversity",
     # multiple comparisons
     "adjust_pvalues": "corrections",
     # model audit (issue: Model audit)
