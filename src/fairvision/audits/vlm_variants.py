@@ -17,7 +17,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pandas as pd
-from scipy.stats import chi2 as chi2_dist
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import SEP, cell_counts, intersections, subject_codes

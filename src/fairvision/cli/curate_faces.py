@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir
-from fairvision.cli.curate_qa import bars, image_table
+from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, progress_bar
+from fairvision.cli.curate_qa import image_table
 from fairvision.errors import FairvisionError
 
 METHODS = ("eye-mouth", "ffhq", "eyes")
@@ -45,7 +45,7 @@ def curate_crops_cmd(
         lm = read_raw_table(landmarks)
         if "sample_id" in lm.columns:
             lm["sample_id"] = lm["sample_id"].astype(str)
-    with bars("deriving faces") as progress:
+    with progress_bar("deriving faces") as progress:
         res = derive_face_sets(data, output, landmarks=lm, size=size, scale=scale, method=method, workers=workers,
                                engine=engine, address=address, progress=progress)
     q = res.quantities()

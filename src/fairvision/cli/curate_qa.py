@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, done, exit_if_gates_failed
+from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar
 from fairvision.errors import FairvisionError
 
 
@@ -34,30 +34,6 @@ def image_table(source: str):
         raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
     return df
 
-
-class bars:
-    """``progress(done, total)`` backed by a rich progress bar on stderr (silent off a terminal)."""
-
-    def __init__(self, label: str):
-        self.label = label
-
-    def __enter__(self):
-        # lazy: rich.progress adds ~60 ms to every fairvision start-up
-        from rich.console import Console
-        from rich.progress import Progress
-
-        con = Console(stderr=True)
-        self._p = Progress(console=con, transient=True) if con.is_terminal else None
-        if self._p is None:
-            return lambda done, total: None
-        self._p.__enter__()
-        task = self._p.add_task(self.label, total=None)
-        return lambda d, total: self._p.update(task, completed=d, total=total)
-
-    def __exit__(self, *exc):
-        if self._p is not None:
-            self._p.__exit__(*exc)
-        return False
 
 
 def curate_qa_cmd(
@@ -87,7 +63,7 @@ def curate_qa_cmd(
     from fairvision.report.sections.curation_qa import qa_section
 
     data = image_table(source)
-    with bars("checking images") as progress:
+    with progress_bar("checking images") as progress:
         result = audit_images(data, split_col=split_col, min_side=min_side, hamming=hamming, workers=workers,
                               engine=engine, address=address, progress=progress)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []

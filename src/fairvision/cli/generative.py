@@ -8,9 +8,8 @@ second to ``fairvision --help``, measured for the other command modules).
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 import typer.core
@@ -21,11 +20,9 @@ from fairvision.cli.common import (
     NO_STORE_OPTION,
     STORE_OPTION,
     check_outdir,
-    console,
     done,
     exit_if_gates_failed,
-    results_store,
-)
+    results_store, progress_bars)
 from fairvision.errors import FairvisionError
 
 
@@ -46,26 +43,6 @@ generative_app = typer.Typer(
     no_args_is_help=True,
 )
 
-
-@contextlib.contextmanager
-def _bars(show: bool) -> Iterator:
-    """``advance(stage, done, total)`` backed by rich progress bars on stderr; silent off a terminal."""
-    con = console()
-    if not (show and con.is_terminal):
-        yield None
-        return
-    # lazy: rich.progress adds ~60 ms to every fairvision start-up (measured for cli/retrieval.py)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    tasks: dict = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=con, transient=True) as bar:
-        def advance(stage: str, n_done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=n_done, total=total)
-
-        yield advance
 
 
 def init_cmd(
@@ -115,7 +92,7 @@ def run_cmd(
     check_engine(engine, address)
     results = results_store(store, no_store)
     spec = load_spec(spec_path)
-    with _bars(progress) as advance:
+    with progress_bars(progress) as advance:
         result = audit_generative(spec, workers=workers, engine=engine, address=address, progress=advance,
                                   store=results)
     gates = evaluate_conditions(conditions, result.quantities()) if conditions else []

@@ -7,15 +7,14 @@ and ``fairvision --help`` must stay fast.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 
-from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, console, results_store
+from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, results_store, progress_bar
 from fairvision.errors import FairvisionError
 
 IMAGE_FILE = "image_embeddings.npz"
@@ -24,25 +23,6 @@ MANIFEST = "embed.json"
 #: where torch and transformers come from (for the demo's one-line message)
 TORCH_HINT_SHORT = "pip install 'fairvision[clip]'"
 
-
-@contextlib.contextmanager
-def _bar(show: bool) -> Iterator:
-    """``advance(done, total)`` backed by a rich progress bar on stderr; None off a terminal."""
-    con = console()
-    if not (show and con.is_terminal):
-        yield None
-        return
-    # lazy: rich.progress adds ~60 ms to every fairvision start-up (measured for cli/retrieval.py)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("embedding images"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=con, transient=True) as bar:
-        task = bar.add_task("embed", total=None)
-
-        def advance(n_done: int, total: int) -> None:
-            bar.update(task, completed=n_done, total=total)
-
-        yield advance
 
 
 def embed_cmd(
@@ -119,7 +99,7 @@ def write_embeddings(data, output: Path, *, sets: dict, backend: str, model=None
     if adapter.note:
         typer.echo(f"warning: {adapter.note}", err=True)
     subjects = data["subject_id"].tolist() if "subject_id" in data.columns else None
-    with _bar(progress) as advance:
+    with progress_bar("embedding images", progress) as advance:
         images, summary = embed_images(data["image_path"].astype(str).tolist(), adapter, store=store,
                                        sample_ids=data["sample_id"].tolist(), subject_ids=subjects, progress=advance)
     rows = [(name, label, text) for name, labels in sets.items() for label, texts in labels.items() for text in texts]

@@ -2,41 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, console, done, exit_if_gates_failed,
-                                   results_store)
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed,
+                                   results_store, progress_bar)
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
 
 BACKENDS = ("http", "transformers")
 
-
-@contextlib.contextmanager
-def _bar(show: bool) -> Iterator:
-    """``advance(done, total)`` backed by a rich progress bar on stderr; silent off a terminal."""
-    con = console()
-    if not (show and con.is_terminal):
-        yield None
-        return
-    # lazy: rich.progress adds ~60 ms to every fairvision start-up (measured for cli/retrieval.py)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("asking"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=con,
-                  transient=True) as bar:
-        task = bar.add_task("asking", total=None)
-
-        def advance(n_done: int, total: int) -> None:
-            bar.update(task, completed=n_done, total=total)
-
-        yield advance
 
 
 def audit_vqa_cmd(
@@ -102,7 +82,7 @@ def audit_vqa_cmd(
             answerer = TransformersVQA(model, max_new_tokens=max_tokens)
             workers = 1  # one model in this process
         results = results_store(store, no_store)
-    with _bar(answers is None) as advance:
+    with progress_bar("asking", answers is None) as advance:
         result = audit_vqa(data, answerer, qs, attr, answers=answers, toxic_words=toxic_words,
                            subject_col=subject_col, gender_col=gender_col, max_k=max_k, store=results,
                            workers=workers, progress=advance, n_boot=n_boot, alpha=alpha, correction=correction,
