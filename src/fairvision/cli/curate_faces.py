@@ -26,7 +26,7 @@ def curate_crops_cmd(
     address: Optional[str] = ADDRESS_OPTION,
 ):
     """Write FHIBE's two derived face sets: cropped-only (face box x2, mean-colour padding) and cropped-and-aligned
-    (FFHQ procedure from the eyes and mouth corners), with a manifest of boxes, landmarks and transforms
+    (rotation from the eye line, scale from the eye-mouth distance; --method ffhq for FFHQ's square), with a manifest of boxes, landmarks and transforms
     (docs/METHODS.md §13.6)."""
     check_outdir(output)
     if method not in METHODS:

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
+from fairvision.cli.common import check_outdir, done, exit_if_gates_failed, progress_bar
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
@@ -21,7 +21,7 @@ def curate_visual_cmd(
     output: Path = typer.Option(Path("fairvision-visual-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     sample_id: str = typer.Option("file_name", "--sample-id", help="How a COCO image matches a sample_id: 'file_name' (file name without folder and suffix) or 'image_id'."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap and test unit); every image its own subject when absent."),
-    image_col: str = typer.Option("image_path", "--image-col", help="Column of the image paths (built-in models only)."),
+    image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (built-in models only; default: image_path, filename, file_name or path)."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size."),
     min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared."),
     bins: int = typer.Option(20, "--bins", min=2, max=200, help="Cells per side of the heat maps."),
@@ -56,7 +56,9 @@ def curate_visual_cmd(
     if coco is not None:
         gt = read_coco(coco)
     else:
-        gt, failures = coco_from_models(data, image_col="image_path", workers=workers, source=str(samples))
+        with progress_bar("annotating images") as advance:
+            gt, failures = coco_from_models(data, image_col="image_path", workers=workers, progress=advance,
+                                            source=str(samples))
         sample_id = "file_name"
     result = audit_visual(data, gt, attr, sample_id=sample_id, subject_col=subject_col, max_k=max_k,
                           min_subjects=min_subjects, correction=correction, alpha=alpha, n_boot=n_boot, bins=bins,

@@ -188,7 +188,7 @@ def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, workers
     workers : int
         Worker processes (one model set per worker, :func:`fairvision.engine.imap`).
     progress : callable, optional
-        Called with each outcome (progress bar).
+        ``progress(done, total)`` after each image.
     source : str
         Name of the table in error messages.
 
@@ -202,7 +202,14 @@ def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, workers
     paths = [str(p) for p in data[image_col]]
     ids = data[SAMPLE_ID].astype(str).tolist() if SAMPLE_ID in data.columns else [os.path.splitext(os.path.basename(p))[0] for p in paths]
     images, anns, failed = [], [], []
-    for out in imap(measure_image, paths, workers=workers, progress=progress):
+    finished = [0]
+
+    def tick(_outcome) -> None:
+        finished[0] += 1
+        if progress is not None:
+            progress(finished[0], len(paths))
+
+    for out in imap(measure_image, paths, workers=workers, progress=tick):
         i = out.index
         if not out.ok:
             failed.append({SAMPLE_ID: ids[i], "error": str(out.failure)})
