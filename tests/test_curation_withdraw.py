@@ -341,3 +341,60 @@ def test_apply_refuses_a_plan_whose_files_changed(ds):
     after = snapshot(root)
     assert {k: v for k, v in after.items() if k in before} == before
     assert not list(root.glob(".*journal*")) and not list(root.glob(".*.tmp"))
+
+
+def test_store_rows_of_another_dataset_with_the_same_subject_id_stay(ds):
+    """The store is shared by datasets: a row another dataset stored under the same short subject id (other image
+    bytes) is not this subject's and stays; a subject found only in the store is not found."""
+    root, data, _ = ds
+    store = ResultsStore(root / "store")
+    other = root / "other.bin"
+    other.write_bytes(b"another dataset's image")
+    store.put("skin", "elsewhere", {"ita": 1.0}, content_hash=file_sha256(other), sample_id="x", subject_id=MULTI,
+              image_path="/data/otherdataset/x.jpg")
+    store.put("skin", "ghost", {"ita": 1.0}, content_hash=sha(b"ghost"), sample_id="g", subject_id="s-only-in-store")
+    store.flush()
+    assert main(["curate", "withdraw", str(root / "samples.csv"), "--subject", MULTI, "--store", str(root / "store"),
+                 "--apply"]) == 0
+    rows = store_rows(root)
+    assert set(rows.loc[rows["subject_id"] == MULTI, "sample_id"]) == {"x"}
+    assert len(rows) == 14 - 2 * 3  # 12 + the two rows above, minus the subject's 3 images x 2 stages
+    with pytest.raises(Exception, match="not found"):
+        plan_withdrawal(root / "samples.csv", ["s-only-in-store"], store=ResultsStore(root / "store"))
+
+
+def test_coco_images_of_another_folder_with_the_same_name_stay(ds):
+    """train/001.jpg and val/001.jpg are different images: only the withdrawn image's own path goes, and a name
+    that cannot be told apart is an error that changes nothing."""
+    root, data, _ = ds
+    r = data.iloc[5]
+    name = Path(r["image_path"]).name
+    coco = {"images": [{"id": 1, "file_name": r["image_path"]}, {"id": 2, "file_name": f"val/{name}"},
+                       {"id": 3, "file_name": f"x/{name}"}],
+            "annotations": [{"id": k, "image_id": k, "category_id": 1, "bbox": [1, 2, 3, 4]} for k in (1, 2, 3)],
+            "categories": [{"id": 1, "name": "face"}]}
+    (root / "split.json").write_text(json.dumps(coco))
+    plan = plan_withdrawal(root / "samples.csv", [r["subject_id"]], derived=[root / "split.json"])
+    apply_withdrawal(plan)
+    left = json.loads((root / "split.json").read_text())
+    assert [im["id"] for im in left["images"]] == [2, 3] and [a["image_id"] for a in left["annotations"]] == [2, 3]
+    ambiguous = {"images": [{"id": 1, "file_name": f"train/{data.iloc[6]['sample_id']}.jpg"},
+                            {"id": 2, "file_name": f"val/{data.iloc[6]['sample_id']}.jpg"}], "annotations": []}
+    (root / "ambiguous.json").write_text(json.dumps(ambiguous))
+    with pytest.raises(InputFileError, match="share that name"):
+        plan_withdrawal(root / "samples.csv", [data.iloc[6]["subject_id"]], derived=[root / "ambiguous.json"])
+
+
+def test_an_image_that_a_kept_row_also_shows_is_not_deleted(ds):
+    """Two people in one photo: withdrawing one keeps the file (and the store rows of its bytes) for the other."""
+    root, data, _ = ds
+    shared = data.iloc[1]["image_path"]
+    df = pd.read_csv(root / "samples.csv", dtype=str)
+    df.loc[7, "image_path"] = shared  # row 7 (another subject) shows the same photo as row 1
+    df.to_csv(root / "samples.csv", index=False)
+    subject = data.iloc[1]["subject_id"]
+    assert main(["curate", "withdraw", str(root / "samples.csv"), "--subject", subject, "--store",
+                 str(root / "store"), "--delete-images", "--apply"]) == 0
+    assert (root / shared).is_file()
+    rows = store_rows(root)
+    assert (rows["subject_id"] == subject).sum() == 2  # the photo's rows stay: it is still in the dataset

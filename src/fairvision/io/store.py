@@ -441,13 +441,17 @@ class ResultsStore:
         df = df.drop_duplicates(list(IDENTITY), keep="last")
         return pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
 
-    def forget(self, subject_id, *, content_hashes: Iterable[str] = (), dry_run: bool = False) -> dict[str, int]:
-        """Remove every row of a subject from every stage, all stages in one commit: the rows recorded
-        for ``subject_id`` and any row of the same image content (the same bytes stored under another
-        sample or without a subject). ``content_hashes`` adds the SHA-256 of images known to be the
-        subject's (rows stored without a subject id are then found too). Returns rows removed (or, with
-        ``dry_run``, that would be) by stage."""
-        subject_id = str(subject_id)
+    def forget(self, subject_id=None, *, content_hashes: Iterable[str] = (), dry_run: bool = False) -> dict[str, int]:
+        """Remove rows from every stage, all stages in one commit, and return the rows removed (or, with
+        ``dry_run``, that would be) by stage.
+
+        With ``subject_id``: the rows recorded for that subject and any row of the same image content (the same
+        bytes stored under another sample or without a subject). ``content_hashes`` adds (or, with no
+        ``subject_id``, gives alone) the SHA-256 of images whose rows go: a dataset's own images, so that rows
+        another dataset stored under the same short subject id stay."""
+        if subject_id is None and not content_hashes:
+            raise FairvisionError("forget needs a subject id or content hashes")
+        subject_id = None if subject_id is None else str(subject_id)
         counts: dict[str, int] = {}
         if not self.root.is_dir():
             return counts
@@ -456,26 +460,30 @@ class ResultsStore:
             try:
                 stages = self.stages()
                 hashes: set[str] = {str(h) for h in content_hashes}
-                for stage in stages:
+                for stage in stages if subject_id is not None else []:
                     hashes |= {h for (h,) in con.execute(
                         f"SELECT DISTINCT content_hash FROM read_parquet({self._glob(stage)}) "
                         "WHERE subject_id = ? AND content_hash IS NOT NULL", [subject_id]).fetchall()}
                 con.register("gone", pd.DataFrame({"h": pd.Series(sorted(hashes), dtype=object)}))
-                match = "(subject_id = ? OR content_hash IN (SELECT h FROM gone))"
+                if subject_id is not None:
+                    match, args = "(subject_id = ? OR content_hash IN (SELECT h FROM gone))", [subject_id]
+                else:
+                    match, args = "content_hash IN (SELECT h FROM gone)", []
                 renames, deletions = [], []
                 for stage in stages:
                     hit = con.execute(
                         f"SELECT filename, count(*) FROM read_parquet({self._glob(stage)}, filename=true) "
-                        f"WHERE {match} GROUP BY filename", [subject_id]).fetchall()
+                        f"WHERE {match} GROUP BY filename", args).fetchall()
                     for fname, n in hit:
                         counts[stage] = counts.get(stage, 0) + int(n)
                         if dry_run:
                             continue
                         part = Path(fname)
                         table = pq.read_table(part, schema=SCHEMA)
-                        drop = pc.fill_null(pc.or_kleene(pc.equal(table["subject_id"], subject_id),
-                                                   pc.is_in(table["content_hash"], pa.array(sorted(hashes), pa.string()))),
-                                            False)
+                        drop = pc.is_in(table["content_hash"], pa.array(sorted(hashes), pa.string()))
+                        if subject_id is not None:
+                            drop = pc.or_kleene(pc.equal(table["subject_id"], subject_id), drop)
+                        drop = pc.fill_null(drop, False)
                         left = table.filter(pc.invert(drop))
                         if left.num_rows:
                             final = self._new_part_name(stage)

@@ -42,7 +42,7 @@ import signal
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -290,14 +290,17 @@ def _clean(v):
     return v
 
 
-def coco_rewrite(path: Path, data_bytes: bytes, sample_ids: set[str], image_names: set[str],
-                 subjects: set[str]) -> tuple[bytes | None, dict]:
+def coco_rewrite(path: Path, data_bytes: bytes, sample_ids: set[str], image_paths: set[str],
+                 subjects: set[str], roots: Sequence[Path] = ()) -> tuple[bytes | None, dict]:
     """New content of a COCO JSON file without the images of the withdrawn samples and their annotations
     (docs/METHODS.md §13.5).
 
-    An image goes when its ``file_name`` (without folder and suffix) is a withdrawn sample id, its file name
-    (without folder) is that of a withdrawn image, its ``subject_id`` field is a withdrawn subject, or, for an
-    image without ``file_name``, its ``id`` is a withdrawn sample id. Returns (None, counts) when nothing goes.
+    An image goes when its ``subject_id`` field is a withdrawn subject, or its ``file_name`` resolved against the
+    COCO file's folder or one of ``roots`` is a withdrawn image path (``image_paths``, absolute). Failing a full
+    path match, a ``file_name`` whose stem is a withdrawn sample id (the project's COCO convention), or an image
+    without ``file_name`` whose ``id`` is one, goes, but only when that stem is unique in the file: ``train/001.jpg``
+    and ``val/001.jpg`` are different images, and an ambiguous name is an error rather than a guess. Returns
+    (None, counts) when nothing goes.
     """
     text = data_bytes.decode("utf-8")
     try:
@@ -307,6 +310,18 @@ def coco_rewrite(path: Path, data_bytes: bytes, sample_ids: set[str], image_name
     images = obj.get("images") if isinstance(obj, dict) else None
     if not isinstance(images, list):
         raise InputFileError(f"{path}: a COCO file needs an 'images' list")
+    bases = [path.parent, *roots]
+    stems = pd.Series([Path(str(im.get("file_name"))).stem for im in images
+                       if isinstance(im, dict) and im.get("file_name") is not None], dtype=object)
+    repeated = set(stems[stems.duplicated()])
+
+    def full_match(name: str) -> bool:
+        full = {os.path.abspath(name)} if os.path.isabs(name) else {os.path.abspath(b / name) for b in bases}
+        return bool(full & image_paths)
+
+    # stems that one image of the file matches by its full path: the others of that name are other images
+    resolved = {Path(str(im["file_name"])).stem for im in images
+                if isinstance(im, dict) and im.get("file_name") is not None and full_match(str(im["file_name"]))}
     gone_ids, kept = set(), []
     for img in images:
         if not isinstance(img, dict):
@@ -314,10 +329,18 @@ def coco_rewrite(path: Path, data_bytes: bytes, sample_ids: set[str], image_name
             continue
         name = img.get("file_name")
         hit = (str(img.get("subject_id")) in subjects if img.get("subject_id") is not None else False)
-        if name is not None:
-            hit = hit or Path(str(name)).stem in sample_ids or Path(str(name)).name in image_names
-        elif img.get("id") is not None:
-            hit = hit or str(img.get("id")) in sample_ids
+        if not hit and name is not None:
+            name = str(name)
+            stem = Path(name).stem
+            hit = full_match(name)
+            if not hit and stem in sample_ids and stem not in resolved:
+                if stem in repeated:
+                    raise InputFileError(f"{path}: image {name!r}: its name matches withdrawn sample {stem!r} but "
+                                         f"{len(stems[stems == stem])} images of this file share that name and none "
+                                         "resolves to the sample's image path; fix the paths, nothing was changed")
+                hit = True
+        elif not hit and img.get("id") is not None:
+            hit = str(img.get("id")) in sample_ids
         if hit:
             gone_ids.add(str(img.get("id")))
         else:
@@ -523,7 +546,7 @@ class WithdrawalPlan:
     @property
     def nothing_to_do(self) -> bool:
         return (not self.files and not sum(self.store_rows.values())
-                and not (self.delete_images and bool(self.images["exists"].any())))
+                and not (self.delete_images and bool((self.images["exists"] & ~self.images["shared"]).any())))
 
     def to_frame(self) -> pd.DataFrame:
         """One row per thing changed: ``kind`` (samples, table, coco, store, image), ``path``,
@@ -537,9 +560,10 @@ class WithdrawalPlan:
                          "detail": f"stage {stage}"})
         for r in self.images.itertuples(index=False):
             rows.append({"kind": "image", "path": r.image_path, "rows_before": None,
-                         "rows_removed": int(bool(self.delete_images and r.exists)), "rows_added": 0,
+                         "rows_removed": int(bool(self.delete_images and r.exists and not r.shared)), "rows_added": 0,
                          "sha256_before": r.sha256, "sha256_after": None,
-                         "detail": ("deleted" if self.delete_images else "listed, kept") if r.exists else "missing"})
+                         "detail": ("shared with a kept row, kept" if r.shared else "deleted" if self.delete_images
+                                    else "listed, kept") if r.exists else "missing"})
         return pd.DataFrame(rows, columns=["kind", "path", "rows_before", "rows_removed", "rows_added",
                                            "sha256_before", "sha256_after", "detail"])
 
@@ -558,7 +582,8 @@ class WithdrawalPlan:
                        "rows_removed": f.rows_removed, "rows_added": f.rows_added,
                        "sha256_before": f.sha256_before, "sha256_after": f.sha256_after} for f in self.files],
             "images": [{**({} if hash_subject else {"sample_id": r.sample_id}), "sha256": r.sha256,
-                        "deleted": bool(self.delete_images and r.exists)} for r in self.images.itertuples(index=False)],
+                        "deleted": bool(self.delete_images and r.exists and not r.shared)}
+                       for r in self.images.itertuples(index=False)],
             "store": None if self.store_root is None else {"root": os.path.abspath(self.store_root),
                                                            "rows_removed": dict(sorted(self.store_rows.items()))},
             "replacement": None,
@@ -604,10 +629,6 @@ def _raw_columns(raw: pd.DataFrame, norm: pd.DataFrame) -> dict[str, str]:
     if len(nc) == len(rc) + 1 and nc[0] == SAMPLE_ID:
         nc = nc[1:]
     return dict(zip(nc, rc)) if len(nc) == len(rc) else {c: c for c in rc}
-
-
-def _image_names(paths: Iterable) -> set[str]:
-    return {Path(str(p)).name for p in paths if p is not None and not _missing(p)}
 
 
 def plan_withdrawal(
@@ -671,7 +692,7 @@ def plan_withdrawal(
     hit = np.isin(subj_values, list(wanted))
     sample_ids = data.loc[hit, SAMPLE_ID].astype(str).tolist()
     image_paths = data.loc[hit, IMAGE_PATH].tolist() if IMAGE_PATH in data.columns else [None] * int(hit.sum())
-    image_names = _image_names(image_paths)
+    image_abs = {os.path.abspath(str(p)) for p in image_paths if p is not None and not _missing(p)}
     sid_set = set(sample_ids)
 
     # replacement first: its rows are appended to the samples table
@@ -709,7 +730,7 @@ def plan_withdrawal(
         scanned.append(d)
         b = d.read_bytes()
         if _is_coco(d, b):
-            new, counts = coco_rewrite(d, b, sid_set, image_names, wanted)
+            new, counts = coco_rewrite(d, b, sid_set, image_abs, wanted, roots=[samples.parent])
             if new is not None:
                 files.append(FileChange(d, "coco", counts["images_before"] + counts["annotations_before"],
                                         counts["images"] + counts["annotations"], 0, _sha256(b), new,
@@ -733,18 +754,22 @@ def plan_withdrawal(
     })
     images["exists"] = [p is not None and os.path.isfile(p) for p in images[IMAGE_PATH]]
     images["sha256"] = [file_sha256(p) if e else None for p, e in zip(images[IMAGE_PATH], images["exists"])]
-    # rows of the subject's images stored without a subject id are found by their content hash
-    image_hashes = sorted({h for h in images["sha256"] if h})
+    # an image file that a kept row also shows (several people in one photo) is neither deleted nor forgotten
+    kept_paths = ({os.path.abspath(str(p)) for p in data.loc[~hit, IMAGE_PATH] if p is not None and not _missing(p)}
+                  if IMAGE_PATH in data.columns else set())
+    images["shared"] = [p is not None and os.path.abspath(p) in kept_paths for p in images[IMAGE_PATH]]
+    # the store is shared by every dataset and short subject ids repeat across them: its rows go by the
+    # content hash of this dataset's withdrawn images, never by subject id alone
+    image_hashes = sorted({h for h, sh in zip(images["sha256"], images["shared"]) if h and not sh})
 
     store_rows: dict[str, int] = {}
-    for s in subjects if store is not None else []:
-        for stage, n in store.forget(s, content_hashes=image_hashes, dry_run=True).items():
-            store_rows[stage] = store_rows.get(stage, 0) + int(n)
+    if store is not None and image_hashes:
+        store_rows = {k: int(v) for k, v in store.forget(None, content_hashes=image_hashes, dry_run=True).items()}
 
     hashes = {subject_hash(s): s for s in subjects}
     previous = [e for e in previous_all if set(e.get("subject_sha256") or ()) & set(hashes)]
     found = set(subj_values[hit].tolist())
-    elsewhere = any(f.role != "samples" for f in files) or sum(store_rows.values()) > 0
+    elsewhere = any(f.role != "samples" for f in files)
     unknown = [s for s in subjects
                if s not in found and not elsewhere and not any(subject_hash(s) in (e.get("subject_sha256") or ())
                                                               for e in previous)]
@@ -881,9 +906,8 @@ def _roll_forward(journal: dict, *, hooks: bool) -> None:
             os.unlink(p)
     st = journal.get("store")
     if st:
-        res = ResultsStore(st["root"])
-        for s in st["subjects"]:
-            res.forget(s, content_hashes=st.get("content_hashes", ()))
+        if st.get("content_hashes"):
+            ResultsStore(st["root"]).forget(None, content_hashes=st["content_hashes"])
     if journal.get("log"):
         _append_log(Path(journal["log"]["path"]), journal["log"]["entry"])
 
@@ -951,11 +975,12 @@ def apply_withdrawal(plan: WithdrawalPlan, *, operator: str | None = None, hash_
         renames = [(absolute(f.path.with_name(f".{f.path.name}.withdraw-{token}.tmp")), absolute(f.path))
                    for f in plan.files]
         journal = {"version": 1, "state": "prepared", "withdrawal_id": entry["withdrawal_id"], "rename": renames,
-                   "delete": [absolute(p) for p, e in zip(plan.images[IMAGE_PATH], plan.images["exists"])
-                              if e and plan.delete_images],
+                   "delete": [absolute(p) for p, e, sh in zip(plan.images[IMAGE_PATH], plan.images["exists"],
+                                                              plan.images["shared"]) if e and not sh and plan.delete_images],
                    "store": None if plan.store_root is None or not sum(plan.store_rows.values()) else
-                   {"root": absolute(plan.store_root), "subjects": list(plan.subjects),
-                    "content_hashes": sorted({h for h in plan.images["sha256"] if h})},
+                   {"root": absolute(plan.store_root),
+                    "content_hashes": sorted({h for h, sh in zip(plan.images["sha256"], plan.images["shared"])
+                                              if h and not sh})},
                    "log": {"path": absolute(plan.log_path), "entry": entry}}
         jpath = _journal_path(samples)
         _durable_replace_text(jpath, json.dumps(journal))
