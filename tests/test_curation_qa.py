@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -166,3 +168,81 @@ def test_cli_qa_end_to_end(planted, tmp_path):
     assert not inspect_image_file(tmp_path / "clean" / "gps.jpg")["has_gps"]
     assert main(args + ["--fail-if", "n_cross_split_duplicates>0"]) == 1
     assert main(["curate", "qa", str(tmp_path / "samples.csv"), "--split-col", "nope", "-o", str(tmp_path / "o2")]) == 2
+
+
+# -- the results store (stage image_qa) ----------------------------------------------------------------------------
+
+def _fail(*_a, **_k):
+    raise AssertionError("decoded an image that is in the store")
+
+
+def test_store_second_run_decodes_nothing(planted, tmp_path, monkeypatch):
+    from fairvision.audits.curation import qa
+    from fairvision.io.store import ResultsStore
+
+    _, data = planted
+    store = ResultsStore(tmp_path / "store")
+    first = audit_images(data, split_col="split", store=store)
+    assert first.n_from_cache == 0
+    # every readable-bytes file is stored once, the truncated one included (its failure is a fact about the bytes)
+    assert store.written == len(data)
+    real = qa.inspect_image_file
+    monkeypatch.setattr(qa, "inspect_image_file", _fail)
+    again = audit_images(data, split_col="split", min_side=300, hamming=4, store=store)  # thresholds: not in the key
+    assert again.n_from_cache == len(data) and store.written == len(data)
+    monkeypatch.setattr(qa, "inspect_image_file", real)  # not undo(): that also resets conftest's store
+    ref = audit_images(data, split_col="split", min_side=300, hamming=4)
+    pd.testing.assert_frame_equal(again.images, ref.images)
+    pd.testing.assert_frame_equal(again.near_duplicates, ref.near_duplicates)
+    pd.testing.assert_frame_equal(again.exact_duplicates, ref.exact_duplicates)
+    # the phash went through the store as hex and came back as the same 64-bit number
+    assert again.images["phash"].tolist() == first.images["phash"].tolist()
+
+
+def test_every_check_failing_is_a_table_not_a_crash(monkeypatch):
+    from fairvision.audits.curation import qa
+
+    monkeypatch.setattr(qa, "inspect_image_file", _fail)  # every worker raises
+    res = audit_images(load_portraits().head(2))
+    assert (~res.images["readable"]).all() and res.quantities()["n_unreadable"] == 2
+    assert res.images["error"].str.contains("in the store").all() and not len(res.near_duplicates)
+
+
+def test_store_changed_code_or_bytes_recomputes(tmp_path, monkeypatch):
+    from fairvision.audits.curation import qa
+    from fairvision.io.store import ResultsStore
+
+    data = load_portraits().head(4)
+    store = ResultsStore(tmp_path / "store")
+    audit_images(data, store=store)
+    assert audit_images(data, store=store).n_from_cache == 4
+    monkeypatch.setattr(qa, "CACHE_VERSION", qa.CACHE_VERSION + 1)  # stands for a change of code or parameters
+    assert audit_images(data, store=store).n_from_cache == 0
+    assert audit_images(data, store=store).n_from_cache == 4
+    # a file whose bytes changed is a different key
+    Image.open(data["image_path"][0]).save(tmp_path / "copy.png")
+    changed = data.assign(image_path=[str(tmp_path / "copy.png")] + data["image_path"].tolist()[1:])
+    res = audit_images(changed, store=store)
+    assert res.n_from_cache == 3 and res.images["readable"].all()
+
+
+def test_cli_store_and_no_store(tmp_path, monkeypatch):
+    from fairvision.audits.curation import qa
+
+    data = load_portraits().head(3)
+    data.to_csv(tmp_path / "s.csv", index=False)
+    base = ["curate", "qa", str(tmp_path / "s.csv")]
+    assert main(base + ["--no-store", "-o", str(tmp_path / "o0")]) == 0
+    assert not os.path.exists(os.environ["FAIRVISION_STORE"])  # conftest's per-test store: --no-store wrote nothing
+    assert main(base + ["--store", str(tmp_path / "st"), "-o", str(tmp_path / "o1")]) == 0
+    assert list((tmp_path / "st" / qa.STAGE).glob("part-*.parquet"))
+    real = qa.inspect_image_file
+    monkeypatch.setattr(qa, "inspect_image_file", _fail)
+    assert main(base + ["--store", str(tmp_path / "st"), "-o", str(tmp_path / "o2")]) == 0
+    a = pd.read_csv(tmp_path / "o1" / "images.csv")
+    b = pd.read_csv(tmp_path / "o2" / "images.csv")
+    pd.testing.assert_frame_equal(a, b)
+    monkeypatch.setattr(qa, "inspect_image_file", real)  # not undo(): that also resets conftest's store
+    assert main(base + ["--store", str(tmp_path / "st"), "--no-store", "-o", str(tmp_path / "o3")]) == 2
+    assert main(base + ["-o", str(tmp_path / "o4")]) == 0  # default: $FAIRVISION_STORE
+    assert list((Path(os.environ["FAIRVISION_STORE"]) / qa.STAGE).glob("part-*.parquet"))

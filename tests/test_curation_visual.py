@@ -11,6 +11,7 @@ from scipy.spatial import ConvexHull
 from fairvision.audits.curation.visual import audit_visual, coco_from_models, instance_statistics
 from fairvision.cli import main
 from fairvision.datasets.demo import load_portraits
+from fairvision.errors import FairvisionError
 from fairvision.io.coco import read_coco
 from fairvision.metrics import shape
 
@@ -133,3 +134,105 @@ def test_built_in_models_on_portraits():
     assert ov.loc["face.centre_distance", "median"] < 0.5
     assert 0.1 < ov.loc["person.mask_area_ratio", "median"] < 0.95
     assert 0 <= ov.loc["person.concavity", "median"] < 0.5
+
+
+# -- the Kruskal-Wallis omnibus test (stats.groupwise.kruskal_test) ------------------------------------------------
+
+def test_kruskal_by_hand_and_against_scipy():
+    from scipy import stats as sps
+
+    from fairvision.stats import kruskal_test
+
+    # a = 1, 2, 3 and b = 4, 5, 6: rank sums 6 and 15, H = 12 / (6 * 7) * (36 / 3 + 225 / 3) - 3 * 7 = 27 / 7
+    res = kruskal_test([4, 1, 5, 2, 6, 3], ["b", "a", "b", "a", "b", "a"])
+    assert res.statistic == pytest.approx(27 / 7) and res.df == 1 and res.n == 6
+    assert res.pvalue == pytest.approx(sps.chi2.sf(27 / 7, 1))
+    # ties: a = 1, 2, 2 and b = 2, 3, 3; ranks 1, 3, 3 | 3, 5.5, 5.5; rank sums 7 and 14
+    # H0 = 12 / 42 * (49 + 196) / 3 - 21 = 7 / 3; tie blocks of 3 and 2: C = 1 - (24 + 6) / 210 = 6 / 7
+    res = kruskal_test([1, 2, 2, 2, 3, 3], [0, 0, 0, 1, 1, 1])
+    assert res.statistic == pytest.approx(7 / 3 / (6 / 7))
+    # three groups with two degrees of freedom: the p-value is exp(-H / 2)
+    res = kruskal_test([1, 2, 3, 4, 5, 6, 7, 8, 9], np.repeat(["x", "y", "z"], 3))
+    assert res.df == 2 and res.pvalue == pytest.approx(np.exp(-res.statistic / 2))
+    rng = np.random.default_rng(4)
+    for _ in range(30):  # rounded values: many ties; NaN values and empty labels are left out
+        k = int(rng.integers(2, 6))
+        x = np.round(rng.normal(size=int(rng.integers(k + 2, 60))), int(rng.integers(0, 2)))
+        g = rng.integers(0, k, size=x.size)
+        g[:k] = np.arange(k)
+        x[rng.random(x.size) < 0.1] = np.nan
+        ok = ~np.isnan(x)
+        samples = [x[ok & (g == j)] for j in range(k) if (ok & (g == j)).any()]
+        if len(samples) < 2 or np.unique(x[ok]).size < 2:
+            continue
+        ref = sps.kruskal(*samples)
+        got = kruskal_test(x, g)
+        assert got.statistic == pytest.approx(ref.statistic, rel=1e-10)
+        assert got.pvalue == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-300)
+        assert got.df == len(samples) - 1
+    same = kruskal_test([2.0, 2.0, 2.0, 2.0], [0, 0, 1, 1])  # scipy raises: H is undefined
+    assert np.isnan(same.statistic) and np.isnan(same.pvalue)
+    with pytest.raises(FairvisionError, match="at least 2 groups"):
+        kruskal_test([1.0, 2.0, np.nan], ["a", "a", "b"])
+    with pytest.raises(FairvisionError, match="3 values but 2"):
+        kruskal_test([1.0, 2.0, 3.0], ["a", "b"])
+
+
+# -- the built-in models' annotations in the results store (stage visual_models) -----------------------------------
+
+def _no_models(*_a, **_k):
+    raise AssertionError("ran the models on an image that is in the store")
+
+
+def test_built_in_models_store(tmp_path, monkeypatch):
+    from fairvision.audits.curation import visual
+    from fairvision.io.store import ResultsStore
+
+    data = load_portraits().head(2).assign(subject_id=["p1", "p2"])
+    store = ResultsStore(tmp_path / "store")
+    calls = []
+    real = visual.measure_image
+
+    def counted(path, params=None):
+        calls.append(path)
+        return real(path, params)
+
+    monkeypatch.setattr(visual, "measure_image", counted)
+    gt1, f1 = coco_from_models(data, store=store)
+    assert len(calls) == 2 and not gt1.images["from_cache"].any() and f1.empty
+    rows = store.query(f"SELECT subject_id, payload FROM {visual.STAGE} ORDER BY subject_id")
+    assert rows["subject_id"].tolist() == ["p1", "p2"]
+    assert all(isinstance(json.loads(p)["mask"]["counts"], str) for p in rows["payload"])  # compressed RLE
+    monkeypatch.setattr(visual, "measure_image", _no_models)
+    gt2, f2 = coco_from_models(data, store=store)
+    assert gt2.images["from_cache"].all() and f2.empty
+    pd.testing.assert_frame_equal(gt1.images.drop(columns="from_cache"), gt2.images.drop(columns="from_cache"))
+    pd.testing.assert_frame_equal(gt1.annotations, gt2.annotations)
+    a1, a2 = audit_visual(data, gt1, n_boot=0), audit_visual(data, gt2, n_boot=0)
+    pd.testing.assert_frame_equal(a1.instances, a2.instances)
+    # a changed model parameter is a different key: the models run again
+    monkeypatch.setattr(visual, "measure_image", counted)
+    calls.clear()
+    gt3, _ = coco_from_models(data, store=store, params={"face_min_confidence": 0.5})
+    assert len(calls) == 2 and not gt3.images["from_cache"].any()
+    with pytest.raises(FairvisionError, match="unknown model parameter"):
+        coco_from_models(data, store=store, params={"nope": 1})
+
+
+def test_cli_built_in_models_store(tmp_path, monkeypatch):
+    import os
+
+    from fairvision.audits.curation import visual
+
+    data = load_portraits().head(2)
+    data[["sample_id", "image_path"]].to_csv(tmp_path / "s.csv", index=False)
+    base = ["curate", "visual", "--samples", str(tmp_path / "s.csv"), "--n-boot", "0"]
+    assert main(base + ["-o", str(tmp_path / "o1"), "--store", str(tmp_path / "st")]) == 0
+    assert list((tmp_path / "st" / visual.STAGE).glob("part-*.parquet"))
+    real = visual.measure_image
+    monkeypatch.setattr(visual, "measure_image", _no_models)
+    assert main(base + ["-o", str(tmp_path / "o2"), "--store", str(tmp_path / "st")]) == 0
+    assert (tmp_path / "o1" / "instances.csv").read_bytes() == (tmp_path / "o2" / "instances.csv").read_bytes()
+    monkeypatch.setattr(visual, "measure_image", real)  # not undo(): that also resets conftest's store
+    assert main(base + ["-o", str(tmp_path / "o3"), "--no-store"]) == 0
+    assert not os.path.exists(os.environ["FAIRVISION_STORE"])  # conftest's per-test store: nothing written

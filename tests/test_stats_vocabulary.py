@@ -37,6 +37,7 @@ EXAMPLES = {
     "chi2_test": lambda: S.chi2_test(_TABLE),
     "chi2_independence": lambda: S.chi2_independence(pd.DataFrame({"a": _G, "b": np.tile(["u", "v"], 30)}), "a", "b"),
     "pairwise_mannwhitney": lambda: S.pairwise_mannwhitney(_X, _G),
+    "kruskal_test": lambda: S.kruskal_test(_X, _G),
     "van_elteren": lambda: S.van_elteren(_X[:30], _X[30:], np.repeat([0, 1], 15), np.repeat([0, 1], 15)),
     "cochran_mantel_haenszel": lambda: S.cochran_mantel_haenszel(np.array([[[10, 5], [4, 11]], [[8, 6], [5, 9]]])),
     "cmh_from_samples": lambda: S.cmh_from_samples(

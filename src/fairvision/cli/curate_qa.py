@@ -9,7 +9,8 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar
+from fairvision.cli.common import (ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done,
+                                   exit_if_gates_failed, progress_bar, results_store)
 from fairvision.errors import FairvisionError
 
 
@@ -46,6 +47,8 @@ def curate_qa_cmd(
     workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes."),
     engine: str = ENGINE_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_cross_split_duplicates>0', 'n_with_gps>0'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
@@ -63,9 +66,10 @@ def curate_qa_cmd(
     from fairvision.report.sections.curation_qa import qa_section
 
     data = image_table(source)
+    results = results_store(store, no_store)  # checks of files seen before
     with progress_bar("checking images") as progress:
         result = audit_images(data, split_col=split_col, min_side=min_side, hamming=hamming, workers=workers,
-                              engine=engine, address=address, progress=progress)
+                              engine=engine, address=address, progress=progress, store=results)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     if strip_to is not None:
         with atomic_output_dir(strip_to) as stage:

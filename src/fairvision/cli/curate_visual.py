@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed, progress_bar
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar,
+                                   results_store)
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
@@ -30,6 +31,8 @@ def curate_visual_cmd(
     n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples of the subjects (0 = no CIs)."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     workers: int = typer.Option(1, "--workers", min=1, help="Worker processes for the built-in models."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_significant>0', 'person.box_area_ratio.disparity>0.3'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
@@ -56,9 +59,10 @@ def curate_visual_cmd(
     if coco is not None:
         gt = read_coco(coco)
     else:
+        results = results_store(store, no_store)  # the built-in models' annotations of images seen before
         with progress_bar("annotating images") as advance:
             gt, failures = coco_from_models(data, image_col="image_path", workers=workers, progress=advance,
-                                            source=str(samples))
+                                            source=str(samples), store=results, subject_col=subject_col)
         sample_id = "file_name"
     result = audit_visual(data, gt, attr, sample_id=sample_id, subject_col=subject_col, max_k=max_k,
                           min_subjects=min_subjects, correction=correction, alpha=alpha, n_boot=n_boot, bins=bins,

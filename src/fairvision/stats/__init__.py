@@ -60,6 +60,8 @@ _EXPORTS = {
     "ODResult": "multiclass",
     "group_summary": "groupwise",
     "cluster_means": "groupwise",
+    "kruskal_test": "groupwise",
+    "KruskalResult": "groupwise",
     # retrieval parity and power (issue: Retrieval audit)
     "parity_test": "parity",
     "contrast_tests": "parity",

@@ -6,10 +6,17 @@ hashes within a Hamming distance, :func:`fairvision.stats.hamming.near_duplicate
 splits (train vs test), and files carrying EXIF, GPS, XMP or comments. :func:`strip_metadata` writes copies
 without that metadata: JPEG and PNG byte-wise (segments and chunks are dropped, the compressed pixels are copied
 unchanged), other formats by decoding and writing again.
+
+The per-image results (decoding, size, perceptual hash, metadata flags) are kept in the results store (stage
+``image_qa``) under the file's SHA-256 and a hash of this code, the Pillow version and the package version, so a
+second run decodes nothing; the resolution floor and the Hamming threshold are applied afterwards, so changing
+them reuses the store.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +25,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from fairvision import __version__
 from fairvision.engine import imap
+from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
 from fairvision.stats.hamming import near_duplicate_pairs
 from fairvision.vision.phash import hash_hex, inspect_image_file, reencode_without_metadata
@@ -39,6 +49,13 @@ JPEG_APP0, JPEG_APP2, JPEG_APP14 = 0xE0, 0xE2, 0xEE
 PNG_DROP = {b"eXIf", b"tEXt", b"zTXt", b"iTXt", b"tIME"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
+#: results-store stage of the per-image checks
+STAGE = "image_qa"
+#: bump when a change here changes stored per-image checks
+CACHE_VERSION = 1
+#: source files that shape a stored per-image check
+SIGNATURE_SOURCES = ("vision/phash.py",)
+
 
 @dataclass
 class QAResult:
@@ -49,6 +66,8 @@ class QAResult:
     near_duplicates: pd.DataFrame
     params: dict = field(default_factory=dict)
     stripped: pd.DataFrame | None = None
+    #: images whose checks were read from the results store
+    n_from_cache: int = 0
 
     def quantities(self) -> dict[str, float]:
         """Named numbers for ``--fail-if``."""
@@ -78,6 +97,8 @@ def audit_images(
     engine: str = "local",
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    store: ResultsStore | None = None,
+    subject_col: str | None = "subject_id",
 ) -> QAResult:
     """Check every image of a table (docs/METHODS.md §13.7).
 
@@ -95,7 +116,13 @@ def audit_images(
     workers, engine, address
         Per-image work on :func:`fairvision.engine.imap`.
     progress : callable, optional
-        ``progress(done, total)``.
+        ``progress(done, total)`` (images found in the store count at once).
+    store : ResultsStore, optional
+        Results store: files checked before (same bytes, code and Pillow version) are read from stage
+        ``image_qa``, new checks are appended; ``min_side`` and ``hamming`` are not part of the key. None: no
+        store. Files that cannot be read are never stored.
+    subject_col : str, optional
+        Subject column of ``data``, recorded with the stored rows (``fairvision store forget --subject``).
 
     Returns
     -------
@@ -117,18 +144,56 @@ def audit_images(
     paths = [None if p is None or p != p else str(p) for p in data[IMAGE_PATH]]
     rows: list[dict | None] = [None] * len(paths)
     todo = [(i, p) for i, p in enumerate(paths) if p is not None]
-    for done, o in enumerate(imap(inspect_image_file, [p for _, p in todo], workers=workers, engine=engine,
-                                  address=address, ordered=False), 1):
-        i = todo[o.index][0]
-        rows[i] = o.value if o.ok else {"readable": False, "error": str(o.failure)}
-        if progress is not None:
-            progress(done, len(todo))
+    total = len(todo)
+    ids = data[SAMPLE_ID].astype(str).tolist()
+    subjects = data[subject_col].tolist() if subject_col is not None and subject_col in data.columns else None
+    keys: dict[int, str] = {}
+    contents: dict[int, str] = {}
+    phash = qa_params_hash() if store is not None else None
+    n_cached = 0
+    if store is not None:
+        for i, p in todo:
+            c = file_sha256(p)
+            if c is not None:
+                contents[i], keys[i] = c, row_key(c, phash)
+        hits = store.get_many(STAGE, keys.values())
+        for i, k in keys.items():
+            hit = hits.get(k)
+            if hit is None:
+                continue
+            known = hit.pop("_subjects", set())
+            subj = _subject(subjects, i)
+            if subj is not None and subj not in known:  # attribute it, for forget --subject
+                store.put(STAGE, k, hit, content_hash=contents[i], params_hash=phash, sample_id=ids[i],
+                          subject_id=subj, image_path=paths[i])
+            rows[i] = _from_stored(hit)
+        todo = [(i, p) for i, p in todo if rows[i] is None]
+        n_cached = total - len(todo)
+        if progress is not None and n_cached:
+            progress(n_cached, total)
+    try:
+        for done, o in enumerate(imap(inspect_image_file, [p for _, p in todo], workers=workers, engine=engine,
+                                      address=address, ordered=False), n_cached + 1):
+            i = todo[o.index][0]
+            rows[i] = o.value if o.ok else {"readable": False, "error": str(o.failure)}
+            # only results of the bytes themselves: a file that vanished or cannot be opened is not stored
+            if store is not None and o.ok and i in keys and o.value.get("sha256") == contents[i]:
+                store.put(STAGE, keys[i], _to_stored(o.value), content_hash=contents[i], params_hash=phash,
+                          sample_id=ids[i], subject_id=_subject(subjects, i), image_path=paths[i])
+            if progress is not None:
+                progress(done, total)
+    finally:
+        if store is not None:
+            store.flush()  # what finished is kept, also when interrupted
     rows = [r if r is not None else {"readable": False, "error": "no image path"} for r in rows]
     im = pd.DataFrame(rows)
     im.insert(0, SAMPLE_ID, data[SAMPLE_ID].astype(str).to_numpy())
     im.insert(1, IMAGE_PATH, paths)
     if split_col is not None:
         im.insert(2, "split", data[split_col].to_numpy())
+    for c in ("n_bytes", "sha256", "format", "width", "height", "phash"):  # absent when every check failed
+        if c not in im.columns:
+            im[c] = None
     for c in ("has_exif", "has_gps", "has_xmp", "has_icc", "has_comment"):
         im[c] = im.get(c, False)
         im[c] = im[c].fillna(False).astype(bool)
@@ -168,7 +233,44 @@ def audit_images(
     if "phash" in im:
         im["phash"] = [hash_hex(v) if v is not None and v == v else None for v in im["phash"]]
     params = {"min_side": int(min_side), "hamming": int(hamming), "split_col": split_col}
-    return QAResult(im, exact, near, params)
+    return QAResult(im, exact, near, params, n_from_cache=n_cached)
+
+
+@functools.lru_cache(maxsize=1)
+def code_signature() -> str:
+    """SHA-256 of the source that shapes a stored per-image check."""
+    return source_signature(SIGNATURE_SOURCES)
+
+
+def qa_params_hash() -> str:
+    """The results-store ``params_hash`` of the per-image checks: this code, the Pillow and package versions."""
+    try:
+        pil = importlib.metadata.version("pillow")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        pil = None
+    return content_key({"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "pillow": pil})
+
+
+def _subject(subjects: list | None, i: int) -> str | None:
+    if subjects is None or subjects[i] is None or pd.isna(subjects[i]):
+        return None
+    return str(subjects[i])
+
+
+def _to_stored(rec: dict) -> dict:
+    """A check as stored: the 64-bit perceptual hash as 16 hex digits (JSON numbers and DuckDB's views stop
+    short of unsigned 64-bit)."""
+    out = dict(rec)
+    if out.get("phash") is not None:
+        out["phash"] = hash_hex(out["phash"])
+    return out
+
+
+def _from_stored(rec: dict) -> dict:
+    out = dict(rec)
+    if out.get("phash") is not None:
+        out["phash"] = int(out["phash"], 16)
+    return out
 
 
 def _jpeg_orientation_app1(orientation: int) -> bytes:

@@ -7,11 +7,16 @@ machinery, :func:`fairvision.audits.model.audit_model`, on subject means), a Kru
 statistic and attribute set, and 2-D histograms (heat maps) of box centres and keypoints per group.
 
 Annotations come from a COCO file, or, when a dataset has none, from the built-in models: mediapipe face
-detection (face boxes), selfie segmentation (person mask and its box) and Pose (33 keypoints).
+detection (face boxes), selfie segmentation (person mask and its box) and Pose (33 keypoints). The models'
+output of every image is kept in the results store (stage ``visual_models``: face boxes, the mask as compressed
+COCO RLE, the keypoints) under the image's SHA-256 and a hash of the model parameters, the mediapipe version
+and the code, so a second run annotates nothing.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import math
 import os
 from dataclasses import dataclass, field
@@ -19,21 +24,23 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
+from fairvision import __version__
 from fairvision.audits.model import ModelAuditResult, audit_model
 from fairvision.engine import imap
+from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import ColumnError, FairvisionError
 from fairvision.groups import SEP, group_label, intersections, resolve_attributes, subject_codes
 from fairvision.io.coco import CocoDataset, image_sample_ids
 from fairvision.io.images import read_image
+from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
 from fairvision.metrics.masks import rle_encode, segmentation_to_mask
 from fairvision.metrics.shape import (box_area_ratio, box_aspect_ratio, box_centres, centre_distance, histogram2d,
                                       keypoint_spread, mask_area_ratio, mask_concavity, visible_fraction)
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
-from fairvision.stats.groupwise import cluster_means
+from fairvision.stats.groupwise import cluster_means, kruskal_test
 
 #: per-instance statistics, in report order
 STATISTICS = ("box_area_ratio", "aspect_ratio", "centre_distance", "mask_area_ratio", "concavity",
@@ -50,6 +57,16 @@ DESCRIPTIONS = {
 }
 #: category names used for the built-in models' annotations
 FACE, PERSON = "face", "person"
+#: parameters of the built-in models (:func:`measure_image`); part of the results-store key
+MODEL_PARAMS = {"face_min_confidence": 0.3, "face_models": [0, 1], "selfie_threshold": 0.5,
+                "selfie_model_selection": 0, "pose_model_complexity": 1}
+#: results-store stage of the built-in models' annotations
+STAGE = "visual_models"
+#: bump when a change here changes stored annotations
+CACHE_VERSION = 1
+#: source files that shape a stored annotation
+SIGNATURE_SOURCES = ("io/images.py", "vision/detect.py", "vision/person_mask.py", "vision/pose.py",
+                     "metrics/masks.py", "audits/curation/visual.py")
 
 
 # -- per-instance statistics --------------------------------------------------------------------------------------
@@ -141,23 +158,36 @@ def keypoint_points(gt: CocoDataset) -> pd.DataFrame:
 
 # -- built-in models ----------------------------------------------------------------------------------------------
 
-def measure_image(path: str) -> dict:
+def measure_image(path: str, params: dict | None = None) -> dict:
     """Face boxes, person mask and body keypoints of one image from the built-in models.
 
-    Returns a dict with ``width``, ``height``, ``faces`` (list of ``[x, y, w, h]``), ``mask`` (COCO RLE of
-    the selfie-segmentation person mask, or None when empty) and ``keypoints`` (flat ``x, y, v`` list of
-    mediapipe Pose's 33 landmarks, or None).
+    Parameters
+    ----------
+    path : str
+        Image file.
+    params : dict, optional
+        Model parameters (default :data:`MODEL_PARAMS`; missing keys take their default).
+
+    Returns
+    -------
+    dict
+        ``width``, ``height``, ``faces`` (list of ``[x, y, w, h]``), ``mask`` (compressed COCO RLE of the
+        selfie-segmentation person mask, or None when empty) and ``keypoints`` (flat ``x, y, v`` list of
+        mediapipe Pose's 33 landmarks, or None).
     """
     # lazy: the model wrappers import mediapipe, needed only on this path
     from fairvision.vision.detect import detect_faces
     from fairvision.vision.person_mask import selfie_mask
     from fairvision.vision.pose import detect_pose
 
+    p = {**MODEL_PARAMS, **(params or {})}
     img = read_image(path)
     h, w = img.shape[:2]
-    faces = [[float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])] for b, _ in detect_faces(img)]
-    mask = selfie_mask(img)
-    kp = detect_pose(img)
+    faces = [[float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]
+             for b, _ in detect_faces(img, min_confidence=float(p["face_min_confidence"]),
+                                      models=tuple(int(m) for m in p["face_models"]))]
+    mask = selfie_mask(img, threshold=float(p["selfie_threshold"]), model_selection=int(p["selfie_model_selection"]))
+    kp = detect_pose(img, model_complexity=int(p["pose_model_complexity"]))
     return {"width": int(w), "height": int(h), "faces": faces,
             "mask": rle_encode(mask) if mask.any() else None,
             "keypoints": None if kp is None else kp.ravel().tolist()}
@@ -171,8 +201,27 @@ def _mask_box(rle: dict) -> list[float]:
     return [float(cols[0]), float(rows[0]), float(cols[-1] + 1 - cols[0]), float(rows[-1] + 1 - rows[0])]
 
 
+@functools.lru_cache(maxsize=1)
+def code_signature() -> str:
+    """SHA-256 of the source that shapes a stored annotation of the built-in models."""
+    return source_signature(SIGNATURE_SOURCES)
+
+
+def models_params_hash(params: dict | None = None) -> str:
+    """The results-store ``params_hash`` of the built-in models' annotations: their parameters, the mediapipe
+    version, the package version and the code (:func:`code_signature`)."""
+    try:
+        mp_version = importlib.metadata.version("mediapipe")
+    except importlib.metadata.PackageNotFoundError:
+        mp_version = None
+    return content_key({"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "mediapipe": mp_version,
+                        "params": {**MODEL_PARAMS, **(params or {})}})
+
+
 def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, workers: int = 1,
-                     progress: Callable | None = None, source: str = "samples") -> tuple[CocoDataset, pd.DataFrame]:
+                     progress: Callable | None = None, source: str = "samples", store: ResultsStore | None = None,
+                     params: dict | None = None,
+                     subject_col: str | None = SUBJECT_ID) -> tuple[CocoDataset, pd.DataFrame]:
     """Annotate images with the built-in models and return them as a COCO dataset (docs/METHODS.md §13.3).
 
     Every row of ``data`` is one image (``image_id`` = its row position, ``file_name`` = its ``sample_id``).
@@ -188,34 +237,85 @@ def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, workers
     workers : int
         Worker processes (one model set per worker, :func:`fairvision.engine.imap`).
     progress : callable, optional
-        ``progress(done, total)`` after each image.
+        ``progress(done, total)`` after each image (images found in the store count at once).
     source : str
         Name of the table in error messages.
+    store : ResultsStore, optional
+        Results store: images annotated before (same bytes, parameters, mediapipe version and code) are read
+        from stage ``visual_models``, new annotations are appended. None: no store.
+    params : dict, optional
+        Model parameters overriding :data:`MODEL_PARAMS`.
+    subject_col : str, optional
+        Subject column of ``data``, recorded with the stored rows (``fairvision store forget --subject``).
 
     Returns
     -------
     (CocoDataset, pandas.DataFrame)
         The dataset, and the failures (``sample_id``, ``error``) of images that could not be read.
+        ``CocoDataset.images`` has a ``from_cache`` column (True: read from the store).
     """
     if image_col not in data.columns:
         raise ColumnError(f"{source}: no image path column {image_col!r}; give annotations (--coco) or image paths")
+    unknown = set(params or {}) - set(MODEL_PARAMS)
+    if unknown:
+        raise FairvisionError(f"unknown model parameter {sorted(unknown)[0]!r}; they are {', '.join(MODEL_PARAMS)}")
     paths = [str(p) for p in data[image_col]]
     ids = data[SAMPLE_ID].astype(str).tolist() if SAMPLE_ID in data.columns else [os.path.splitext(os.path.basename(p))[0] for p in paths]
-    images, anns, failed = [], [], []
-    finished = [0]
+    n = len(paths)
+    subjects = (data[subject_col].tolist() if subject_col is not None and subject_col in data.columns
+                else [None] * n)
+    results: list[dict | None] = [None] * n
+    cached = np.zeros(n, bool)
+    errors: dict[int, str] = {}
+    phash = keys = contents = None
+    if store is not None:
+        phash = models_params_hash(params)
+        contents = [file_sha256(p) for p in paths]
+        keys = [row_key(c, phash) if c else None for c in contents]
+        hits = store.get_many(STAGE, (k for k in keys if k))
+        for i, k in enumerate(keys):
+            hit = hits.get(k) if k else None
+            if hit is None:
+                continue
+            known = hit.pop("_subjects", set())
+            subj = None if subjects[i] is None or pd.isna(subjects[i]) else str(subjects[i])
+            if subj is not None and subj not in known:  # attribute it, for forget --subject
+                store.put(STAGE, k, hit, content_hash=contents[i], params_hash=phash, sample_id=ids[i],
+                          subject_id=subj, image_path=paths[i])
+            results[i] = hit
+            cached[i] = True
+    todo = np.flatnonzero(~cached)
+    finished = [n - len(todo)]
+    if progress is not None and finished[0]:
+        progress(finished[0], n)
 
     def tick(_outcome) -> None:
         finished[0] += 1
         if progress is not None:
-            progress(finished[0], len(paths))
+            progress(finished[0], n)
 
-    for out in imap(measure_image, paths, workers=workers, progress=tick):
-        i = out.index
-        if not out.ok:
-            failed.append({SAMPLE_ID: ids[i], "error": str(out.failure)})
+    fn = functools.partial(measure_image, params=params) if params else measure_image
+    try:
+        for out in imap(fn, [paths[i] for i in todo], workers=workers, progress=tick):
+            i = int(todo[out.index])
+            if not out.ok:
+                errors[i] = str(out.failure)
+                continue
+            results[i] = out.value
+            if store is not None and keys[i]:
+                store.put(STAGE, keys[i], out.value, content_hash=contents[i], params_hash=phash, sample_id=ids[i],
+                          subject_id=subjects[i], image_path=paths[i])
+    finally:
+        if store is not None:
+            store.flush()  # what finished is kept, also when interrupted
+    images, anns, failed = [], [], []
+    for i in range(n):
+        r = results[i]
+        if r is None:
+            failed.append({SAMPLE_ID: ids[i], "error": errors.get(i, "not annotated")})
             continue
-        r = out.value
-        images.append({"image_id": i, "file_name": ids[i], "width": r["width"], "height": r["height"]})
+        images.append({"image_id": i, "file_name": ids[i], "width": r["width"], "height": r["height"],
+                       "from_cache": bool(cached[i])})
         for box in r["faces"]:
             anns.append({"image_id": i, "category_id": 2, "bbox": box, "segmentation": None, "keypoints": None})
         if r["mask"] is not None or r["keypoints"] is not None:
@@ -224,7 +324,7 @@ def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, workers
     for k, a in enumerate(anns):
         a["id"] = k + 1
     cols = ["id", "image_id", "category_id", "bbox", "segmentation", "keypoints"]
-    gt = CocoDataset(pd.DataFrame(images, columns=["image_id", "file_name", "width", "height"]),
+    gt = CocoDataset(pd.DataFrame(images, columns=["image_id", "file_name", "width", "height", "from_cache"]),
                      pd.DataFrame(anns, columns=cols),
                      pd.DataFrame({"category_id": [1, 2], "name": [PERSON, FACE], "keypoints": [None, None],
                                    "skeleton": [None, None]}), source=f"{source} (built-in models)")
@@ -327,13 +427,13 @@ def _omnibus(data: pd.DataFrame, metrics: Sequence[str], inters, subjects: np.nd
             means, codes, subj = cluster_means(x_all[inter.rows], inter.codes, subjects[inter.rows])
             n_subj = np.bincount(codes, minlength=inter.n_cells)
             big = np.flatnonzero(n_subj >= min_subjects)
-            samples = [means[codes == g] for g in big]
             row = {"metric": m, "intersection": inter.name, "n_groups": len(big), "statistic": np.nan, "df": np.nan,
                    "pvalue": np.nan}
-            pooled = np.concatenate(samples) if samples else np.zeros(0)
-            if len(big) >= 2 and np.unique(pooled).size > 1:
-                res = sps.kruskal(*samples)
-                row.update(statistic=float(res.statistic), df=len(big) - 1, pvalue=float(res.pvalue))
+            if len(big) >= 2:
+                keep = np.isin(codes, big)
+                res = kruskal_test(means[keep], codes[keep])  # NaN when every subject mean is the same
+                if np.isfinite(res.statistic):
+                    row.update(statistic=float(res.statistic), df=res.df, pvalue=float(res.pvalue))
             rows.append(row)
     out = pd.DataFrame(rows, columns=["metric", "intersection", "n_groups", "statistic", "df", "pvalue"])
     tested = out["pvalue"].notna().to_numpy()
