@@ -2,7 +2,8 @@
 
 ``fairvision audit generative init DIR`` writes a commented starter spec that runs as is;
 ``fairvision audit generative SPEC -o OUT`` (or ``... run SPEC``) generates, assesses, scores and
-writes the report. The audit, report and pandas imports stay inside the commands (they add about a
+writes the report (with the per-pair changes in ``OUT/generative/``);
+``fairvision audit generative compare OUT OUT ... -o DIR`` puts the generators of finished runs side by side. The audit, report and pandas imports stay inside the commands (they add about a
 second to ``fairvision --help``, measured for the other command modules).
 """
 
@@ -24,6 +25,8 @@ from fairvision.cli.common import (
     exit_if_gates_failed,
     results_store, progress_bars)
 from fairvision.errors import FairvisionError
+from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.stats.constants import METHODS as CORRECTIONS
 
 
 class _DefaultRunGroup(typer.core.TyperGroup):
@@ -83,6 +86,7 @@ def run_cmd(
     and word, topic and model scores with bootstrap CIs and corrected paired tests are reported."""
     from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition  # lazy: see the docstring
     from fairvision.audits.generative import audit_generative, load_spec
+    from fairvision.audits.generative.compare import run_files
     from fairvision.engine import check_engine
     from fairvision.report import Report
     from fairvision.report.sections.generative import generative_sections
@@ -102,7 +106,7 @@ def run_cmd(
                           **(gate_meta(gates) if gates else {})})
     for sec in generative_sections(result, show_images=show_images):
         report.add(sec)
-    paths = report.write(output)
+    paths = report.write(output, extra_files=run_files(result))
     n_flag = int(result.words["flagged"].sum())
     n_fail = int((~result.records["ok"].astype(bool)).sum())
     counts = result.settings.get("assessments", {})
@@ -113,7 +117,48 @@ def run_cmd(
     exit_if_gates_failed(gates)
 
 
+def compare_cmd(
+    runs: List[Path] = typer.Argument(..., metavar="RUN_DIR...", help="Two or more output folders of 'fairvision audit generative' (one folder with several generators also works)."),
+    output: Path = typer.Option(Path("generative-compare"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
+    name: List[str] = typer.Option([], "--name", help="A label per generator, in the order of the runs (repeat); default the generator names."),
+    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap replicates over seed photos, shared by all generators."),
+    level: float = typer.Option(0.95, "--level", min=0.5, max=0.999, help="Two-sided level of the CIs."),
+    alpha: float = typer.Option(0.05, "--alpha", min=0.0, max=1.0, help="Significance level of the flags."),
+    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged_differences>0', 'model_difference_skin_L>2', 'model_skin_L.sd15>3'. Repeat: any one failing fails."),
+):
+    """Compare the generators of finished generative audits on the same seeds and words: model, topic and word
+    scores side by side, paired tests between generators (corrected), and the most and least biased generator
+    per topic with the CI of the difference. Runs with different seeds or words are an error."""
+    from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition  # lazy: see the docstring
+    from fairvision.audits.generative.compare import compare_generative
+    from fairvision.report import Report
+    from fairvision.report.sections.generative import compare_section
+
+    if correction not in CORRECTIONS:
+        raise FairvisionError(f"--correction {correction!r}: choose one of {', '.join(CORRECTIONS)}")
+    conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
+    check_outdir(output)
+    cmp = compare_generative(runs, names=name or None, n_boot=n_boot, level=level, alpha=alpha, seed=seed,
+                             correction=correction)
+    gates = evaluate_conditions(conditions, cmp.quantities()) if conditions else []
+    report = Report(title="Generative audit: generators compared",
+                    subtitle="fairvision generative model comparison (BiasPainter)",
+                    meta={"runs": ", ".join(map(str, runs)), "generators": ", ".join(cmp.generators),
+                          "seeds": cmp.settings["n_seeds"], "prompt words": cmp.settings["n_words"],
+                          **(gate_meta(gates) if gates else {})})
+    report.add(compare_section(cmp, conditions=gates))
+    paths = report.write(output)
+    q = cmp.quantities()
+    done(paths, f"{len(cmp.generators)} generators; {int(q['n_flagged_model_differences'])} model, "
+                f"{int(q['n_flagged_topic_differences'])} topic and {int(q['n_flagged_word_differences'])} word "
+                "differences flagged")
+    exit_if_gates_failed(gates)
+
+
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     generative_app.command("init")(init_cmd)
     generative_app.command("run")(run_cmd)
+    generative_app.command("compare")(compare_cmd)
     audit_app.add_typer(generative_app, name="generative")

@@ -4,7 +4,8 @@
 bars and CIs per topic and property, the topic x property heat map, flagged and
 top words, threshold counts, lost faces and failures, and one skin colour
 distribution section (outputs against seeds, Thong Table 2) per generator.
-Before/after thumbnails only with ``show_images``.
+Before/after thumbnails only with ``show_images``. :func:`compare_section` shows
+several generators side by side (``fairvision audit generative compare``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fairvision.audits.gates import describe  # noqa: E402
 from fairvision.audits.generative.audit import PROPERTY_UNITS, GenerativeResult  # noqa: E402
 from fairvision.io.images import downscale, encode_png, read_image  # noqa: E402
 from fairvision.report import Section  # noqa: E402
@@ -23,7 +25,7 @@ from fairvision.report.formatting import slug  # noqa: E402
 from fairvision.report.plots import forest, heatmap  # noqa: E402
 from fairvision.report.sections.skin import skin_section  # noqa: E402
 
-__all__ = ["generative_sections"]
+__all__ = ["compare_section", "generative_sections"]
 
 #: properties drawn as word-score bars (the others are in the tables)
 PLOTTED = ("skin_L", "skin_gray", "age", "gender")
@@ -154,3 +156,90 @@ def generative_sections(res: GenerativeResult, *, show_images: bool = False) -> 
             out.append(skin_section(comp, title=f"Skin colour of {g}'s outputs vs the seeds",
                                     id=f"generative-skin-{slug(g)}"))
     return out
+
+
+def compare_section(cmp, *, conditions: list[dict] | None = None) -> Section:
+    """The report section of a :class:`~fairvision.audits.generative.compare.GenerativeComparison`
+    (docs/METHODS.md §10.4): model and topic scores per generator, the most and least biased generator per
+    topic with the CI of their difference, and the paired tests between generators per word."""
+    s = cmp.settings
+    lvl = int(round(s["level"] * 100))
+    sec = Section(id="generative-compare", title="Generators compared", intro=(
+        f"{len(cmp.generators)} generators ({', '.join(cmp.generators)}) on the same {s['n_seeds']} seed photos and "
+        f"{s['n_words']} prompt words, scored on the seed-word pairs every generator has. Topic and model scores "
+        "are mean absolute word scores; one bootstrap over seed photos is shared by all generators, so every "
+        f"difference has a paired {lvl}% CI. Per word, the per-seed differences of two generators are tested "
+        "(Wilcoxon signed-rank; sign test for gender flips); topic and model differences by the paired bootstrap. "
+        f"p-values are {s['correction']}-corrected per property (across words x pairs, topics x pairs, pairs); a "
+        f"difference is flagged when p_adj < {s['alpha']} and it reaches the property's minimum effect "
+        "(docs/METHODS.md §10.4)."))
+    for c in conditions or []:
+        sec.note(describe(c), "finding" if c["holds"] else "info")
+    q = cmp.quantities()
+    sec.metrics("key figures", {"generators": len(cmp.generators), "seeds": s["n_seeds"], "prompt words": s["n_words"],
+                                "flagged model differences": int(q["n_flagged_model_differences"]),
+                                "flagged topic differences": int(q["n_flagged_topic_differences"]),
+                                "flagged word differences": int(q["n_flagged_word_differences"])})
+    rk = cmp.ranking
+    for (prop, scope), r in rk.iterrows():
+        if not r["flagged"]:
+            continue
+        me = float(s["min_effect"].get(prop, 1.0)) or 1.0
+        where = "over all words" if r["kind"] == "model" else f"for {scope}"
+        sec.finding(
+            f"{r['most']} changes {prop} more than {r['least']} {where}: mean |word score| {num(r['most_score'])} vs "
+            f"{num(r['least_score'])} {PROPERTY_UNITS.get(prop, '')} (difference {num(r['estimate'])}, {lvl}% CI"
+            f"{ci_text(r['ci_low'], r['ci_high'])}; {p_text(r['pvalue_adjusted'])}).",
+            "high" if r["estimate"] >= 2 * me else "medium", target="most and least biased",
+            quantity=f"model_difference_{prop}" if r["kind"] == "model" else None, value=r["estimate"],
+            ci_low=r["ci_low"], ci_high=r["ci_high"], pvalue=r["pvalue_adjusted"],
+            size=min(1.0, abs(r["estimate"]) / (4 * me)), topic=f"generative-compare:{prop}:{scope}")
+    wt = cmp.word_tests
+    flagged_w = wt[wt["flagged"]]
+    for prop, part in flagged_w.groupby(level="property", sort=False):
+        top = part.reindex(part["estimate"].abs().sort_values(ascending=False).index).head(THUMBNAILS)
+        me = float(s["min_effect"].get(prop, 1.0)) or 1.0
+        for (_, word, a, b), r in top.iterrows():
+            sec.finding(
+                f"'{word}' ({r['topic']}) changes {prop} by {num(r['estimate'])} {PROPERTY_UNITS.get(prop, '')} more "
+                f"with {a} than with {b} on the same {count_of(int(r['n']), 'seed')} ({lvl}% CI"
+                f"{ci_text(r['ci_low'], r['ci_high'])}; {p_text(r['pvalue_adjusted'])}).", "medium",
+                target="word differences", value=r["estimate"], ci_low=r["ci_low"], ci_high=r["ci_high"],
+                pvalue=r["pvalue_adjusted"], size=min(1.0, abs(r["estimate"]) / (4 * me)),
+                topic=f"generative-compare:{prop}:{word}:{a}:{b}")
+        if len(part) > len(top):
+            sec.note(f"{prop}: {len(part) - len(top)} more flagged word differences are in the word differences table.")
+    if not rk["flagged"].any() and flagged_w.empty:
+        sec.finding(f"No generator differs from another beyond the minimum effects ({s['correction']}-corrected, "
+                    f"alpha {s['alpha']}).", "info", target="key figures")
+    for prop in PLOTTED:
+        if prop not in cmp.model.index.get_level_values("property"):
+            continue
+        m = cmp.model.xs(prop, level="property")
+        sec.figure(f"model {prop}", forest(m, title=f"Model score: {prop}", xlabel=f"mean |word score| "
+                                           f"({PROPERTY_UNITS[prop]})", reference=0.0),
+                   f"Model score of each generator for {prop} with {lvl}% bootstrap CIs (mean absolute word score; "
+                   "above 0 under noise alone).", data=m[["estimate", "ci_low", "ci_high"]])
+        t = cmp.topics.xs(prop, level="property")["estimate"].unstack("generator")
+        t = t[[g for g in cmp.generators if g in t.columns]]
+        sec.figure(f"topics {prop}", heatmap(t, title=f"Topic scores: {prop}", fmt="{:.2f}", cmap="viridis",
+                                             cbar_label="mean absolute word score"),
+                   f"Topic scores per generator for {prop} ({PROPERTY_UNITS[prop]}).", data=t)
+    sec.table("most and least biased", rk, "Per property and topic (and over all words): the generator with the "
+              "largest and the smallest score, the difference and its paired CI and test.", highlight="flagged")
+    sec.table("model scores", cmp.model, "Mean absolute word score per generator, on the common pairs.")
+    sec.table("model differences", cmp.model_tests, "Every pair of generators: model score difference a - b.",
+              highlight="flagged")
+    sec.table("topic scores", cmp.topics, "Mean absolute word score per topic and generator.")
+    sec.table("topic differences", cmp.topic_tests, "Every pair of generators: topic score difference a - b.",
+              highlight="flagged")
+    order = wt.assign(_f=~wt["flagged"], _p=wt["pvalue_adjusted"]).sort_values(["_f", "_p"]).index
+    sec.table("word differences", wt.reindex(order), "Every word and pair: mean per-seed difference a - b, paired "
+              "test; flagged first.", max_rows=60, highlight="flagged")
+    sec.table("word scores side by side", cmp.side_by_side(), "Word scores (mean signed change) of every generator "
+              "with bootstrap CIs.", max_rows=60)
+    for n in cmp.notes:
+        sec.note(n, "warning")
+    sec.note("A generator that only adds more noise gets larger absolute scores without a direction: look at the "
+             "word differences (signed, paired per seed) before calling it more biased.")
+    return sec
