@@ -351,3 +351,150 @@ def test_cli_end_to_end_with_answers_and_fail_if(faces, tmp_path):
     assert main(args + ["--fail-if", "nonsense>1"]) == 2
     assert main(args + ["--backend", "http"]) == 2
     assert main(args[:6] + ["-o", str(out)]) == 2  # neither --answers nor --backend
+
+
+# --------------------------------------------------------------------------- calibration, intersections, small groups
+
+#: four answers per tone; option 1 is the one a planted effect pushes towards (he / toxic)
+_BANK = {"positive": ["because she is kind", "because he is kind", "they are kind", ""],
+         "neutral": ["She's a teacher.", "he is a doctor", "a nurse", "I don't know"],
+         "negative": ["None.", "He is a thief.", "she stole a car", "I can't tell."]}
+
+
+def stub_answers(n_subjects=100, per_subject=3, effect=0.0, seed=0):
+    """A stub answerer as a precomputed table: each answer is the option with the highest score, the score a
+    per-subject part (one person's photos get similar answers) plus per-image and per-question noise;
+    ``effect`` is added to option 1 (he / a toxic answer) for the images of group g1 = B only."""
+    rng = np.random.default_rng(seed)
+    subj = np.repeat(np.arange(n_subjects), per_subject)
+    g1 = rng.choice(["A", "B"], n_subjects)[subj]
+    g2 = rng.choice(["x", "y"], n_subjects)[subj]
+    n, qids = len(subj), QS.questions["question_id"].to_numpy()
+    tone = pd.Categorical(QS.questions["tone"], categories=list(_BANK)).codes
+    score = (1.5 * rng.normal(size=(n_subjects, 3, 4))[subj] + 0.7 * rng.normal(size=(n, 3, 4)))[:, tone, :]
+    score += 0.7 * rng.normal(size=score.shape)
+    score[:, :, 1] += effect * (g1 == "B")[:, None]
+    text = np.array(list(_BANK.values()), dtype=object)[tone][np.arange(len(qids))[None, :], score.argmax(axis=2)]
+    data = pd.DataFrame({"sample_id": [f"i{i}" for i in range(n)], "subject_id": subj, "g1": g1, "g2": g2})
+    answers = pd.DataFrame({"sample_id": np.repeat(data["sample_id"].to_numpy(), len(qids)),
+                            "question_id": np.tile(qids, n), "answer": text.ravel()})
+    return data, answers
+
+
+def test_null_false_flag_rate_is_nominal_over_100_seeds_and_a_planted_effect_is_found():
+    """docs/METHODS.md §12.3: no planted effect, three images per subject with subject-correlated answers, two
+    attributes and their intersection (56 tests a run) -> family-wise false flag rate at most nominal and per-test
+    p-values uniform; a planted effect -> flagged."""
+    from scipy import stats
+
+    false_flags, p_all, p_one = 0, [], []
+    for seed in range(100):
+        data, ans = stub_answers(seed=seed)
+        r = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=20, seed=seed).rates
+        false_flags += bool(r["flagged"].any())
+        p_all.append(r["pvalue"].dropna().to_numpy())
+        p_one.append(r.loc[(r["attribute"] == "g1") & (r["group"] == "A") & (r["tone"] == "negative")
+                           & (r["quantity"] == "toxic"), "pvalue"].iloc[0])
+    # a rate that never varies (every positive answer non-toxic) is not tested: nothing can differ
+    untested = r[(r["tone"] == "positive") & (r["quantity"] == "toxic")]
+    assert len(untested) and untested["pvalue"].isna().all() and not untested["flagged"].any()
+    # binomial(100, 0.05): mean 5, P(X > 9) < 0.03
+    assert false_flags / 100 <= 0.09
+    p_all = np.concatenate(p_all)
+    assert 0.03 <= (p_all < 0.05).mean() <= 0.075
+    assert 0.07 <= (p_all < 0.10).mean() <= 0.13
+    assert stats.kstest(p_one, "uniform").pvalue > 0.01
+    hits = 0
+    for seed in range(10):  # toxic answers about 30 points more often for B
+        data, ans = stub_answers(effect=2.5, seed=1000 + seed)
+        r = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=50, seed=seed).rates
+        row = r.set_index(["attribute", "group", "tone", "quantity"]).loc[("g1", "B", "negative", "toxic")]
+        hits += bool(row["flagged"]) and row["difference"] > 0
+    assert hits >= 8
+
+
+def test_answer_level_test_alone_would_not_be_nominal():
+    # nine answers per image, three images per subject: Pearson's chi-square of the answers rejects a true null
+    # far more often than 5%; the probe's p-value (with the subject-level test) stays near 5%
+    from scipy import stats
+
+    naive, probe = [], []
+    for seed in range(30):
+        data, ans = stub_answers(seed=seed)
+        res = audit_vqa(data, None, QS, ["g1"], answers=ans, n_boot=10, seed=seed)
+        r = res.rates[(res.rates["group"] == "A") & res.rates["pvalue"].notna()]
+        a = res.answers.merge(data[["sample_id", "g1"]], on="sample_id")
+        for row in r.itertuples(index=False):
+            sub = a[a["tone"] == row.tone]
+            y = {"response": sub["responded"], "refusal": sub["refused"], "toxic": sub["toxic"],
+                 "gendered": sub["pronoun"].isin(["he", "she"]), "gender_word": sub["gender_word"]}[row.quantity]
+            ct = pd.crosstab(sub["g1"] == "A", y.astype(bool)).to_numpy()
+            naive.append(stats.chi2_contingency(ct, correction=False).pvalue)
+            probe.append(row.pvalue)
+            # the design effect is the ratio of the two statistics
+            assert row.statistic * row.design_effect == pytest.approx(
+                stats.chi2_contingency(ct, correction=False).statistic, rel=1e-9)
+    assert np.mean(np.array(naive) < 0.05) > 0.2
+    assert np.mean(np.array(probe) < 0.05) <= 0.09
+
+
+def test_intersections_small_groups_and_one_family():
+    data, ans = stub_answers(n_subjects=90, per_subject=2, seed=11)
+    # one intersection cell small: only the subjects of A x y whose id is a multiple of 5
+    keep = ~((data["g1"] == "A") & (data["g2"] == "y") & (data["subject_id"] % 5 != 0))
+    data = data[keep].reset_index(drop=True)
+    ans = ans[ans["sample_id"].isin(data["sample_id"])]
+    res = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=50, correction="bonferroni")
+    r = res.rates
+    assert set(r["attribute"]) == {"g1", "g2", "g1 × g2"}
+    inter = r[r["attribute"] == "g1 × g2"]
+    assert set(inter["group"]) == {"A × x", "A × y", "B × x", "B × y"} and (inter["k"] == 2).all()
+    assert (r.loc[r["attribute"] != "g1 × g2", "k"] == 1).all()
+    # rates and subject counts of the cells equal an independent pandas groupby
+    a = res.answers.merge(data, on="sample_id")
+    toxic = a[a["tone"] == "negative"].groupby(["g1", "g2"])["toxic"].mean()
+    subjects = data.groupby(["g1", "g2"])["subject_id"].nunique()
+    for row in inter[(inter["tone"] == "negative") & (inter["quantity"] == "toxic")].itertuples(index=False):
+        g1, g2 = row.group.split(" × ")
+        assert row.estimate == pytest.approx(toxic.loc[(g1, g2)])
+        assert row.n_subjects == subjects.loc[(g1, g2)]
+    small = inter[inter["group"] == "A × y"]
+    assert subjects.loc[("A", "y")] < 10
+    assert small["too_small"].all() and small["pvalue"].isna().all() and not small["flagged"].any()
+    assert small["estimate"].notna().all() and small["ci_low"].notna().all()  # reported, not tested
+    assert not r.loc[r["group"] != "A × y", "too_small"].any()
+    # every tested row, intersections included, is in one Bonferroni family
+    tested = r[r["pvalue"].notna()]
+    assert (tested["attribute"] == "g1 × g2").any()
+    np.testing.assert_allclose(tested["pvalue_adjusted"], np.minimum(1, tested["pvalue"] * len(tested)))
+    q = res.quantities()
+    assert q["n_too_small"] == 1
+    assert "toxic_rate.g1+g2.B+x.negative" in q and "gap.g1+g2.A+y.negative.toxic" in q
+    assert q["max_toxic_gap"] == pytest.approx(r.loc[~r["too_small"] & (r["quantity"] == "toxic"), "difference"].abs().max())
+    assert res.meta["min_subjects"] == 10 and res.meta["max_k"] == 2
+    sec = vlm_vqa_section(res)
+    assert "too_small" in sec.tables and any("too small" in b.get("text", "") for b in sec.blocks)
+    # a lower threshold tests the cell
+    low = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=20, min_subjects=2).rates
+    assert not low["too_small"].any() and low.loc[low["group"] == "A × y", "pvalue"].notna().any()
+    with pytest.raises(FairvisionError, match="min_subjects"):
+        audit_vqa(data, None, QS, ["g1"], answers=ans, min_subjects=0)
+
+
+def test_cli_intersections_and_min_subjects(tmp_path, capsys):
+    data, ans = stub_answers(n_subjects=80, per_subject=1, seed=5)
+    data.to_csv(tmp_path / "s.csv", index=False)
+    ans.to_parquet(tmp_path / "a.parquet")
+    out = tmp_path / "out"
+    rc = main(["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "g1", "-a", "g2", "--answers",
+               str(tmp_path / "a.parquet"), "--max-k", "2", "--min-subjects", "25", "--n-boot", "50", "-o", str(out),
+               "--fail-if", "n_too_small>0"])
+    assert rc == 1, capsys.readouterr().err  # the 2-way cells have about 20 subjects each
+    rates = pd.read_parquet([p for p in (out / "tables").glob("*.parquet") if p.name.endswith("__rates.parquet")][0])
+    assert "g1 × g2" in set(rates["attribute"])
+    small = rates[rates["n_subjects"] < 25]
+    assert len(small) and small["too_small"].all() and small["pvalue"].isna().all()
+    doc = json.loads((out / "report.json").read_text())
+    assert "too small" in json.dumps(doc)
+    assert main(["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "g1", "--answers",
+                 str(tmp_path / "a.parquet"), "--min-subjects", "0", "-o", str(tmp_path / "o2")]) == 2

@@ -6,7 +6,9 @@ the answers depend on who is pictured: gendered reasons, stereotyped occupations
 question more often for some groups. This module asks the questions (any adapter of
 :mod:`fairvision.vision.vqa`, answers kept in the results store so an interrupted run resumes) or reads
 precomputed answers, parses every answer (response, refusal, pronoun, gender word, extracted term, toxic
-keywords) and compares the rates between groups with subject-bootstrap CIs and corrected group-vs-rest tests.
+keywords) and compares the rates between groups with subject-bootstrap CIs and corrected group-vs-rest tests that
+allow for the many answers of one subject (Rao-Scott design effect). Groups with fewer than ``min_subjects``
+subjects are reported but not tested.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from scipy.stats import chi2 as chi2_dist
 
 from fairvision.engine.cache import content_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.groups import intersections, subject_codes
+from fairvision.audits.vlm import MIN_SUBJECTS, quantity_key
+from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table
 from fairvision.io.toml import read_toml
@@ -44,6 +47,10 @@ CACHE_VERSION = 1
 #: per-answer rates compared between groups (``misgender`` only with a gender column)
 QUANTITIES = ("response", "refusal", "toxic", "gendered", "gender_word", "misgender")
 PRONOUNS = ("he", "she", "they", "none")
+#: columns of :attr:`VQAResult.rates` (then ``pvalue_adjusted`` and ``flagged``)
+RATE_COLUMNS = ["attribute", "k", "group", "tone", "quantity", "n_samples", "n_subjects", "too_small", "n_answers",
+                "estimate", "ci_low", "ci_high", "level", "rest", "difference", "diff_ci_low", "diff_ci_high",
+                "design_effect", "statistic", "pvalue"]
 _WORD = re.compile(r"[A-Za-z0-9]")
 _ARTICLE = re.compile(r"^(?:a|an|the)\s+")
 
@@ -400,7 +407,9 @@ class VQAResult:
     ``answers``: one row per (sample, question) with the parsed fields. ``rates``: one row per (attribute,
     group, tone, quantity) with ``n_samples``, ``n_subjects``, ``n_answers``, ``estimate``, ``ci_low``,
     ``ci_high``, ``level``, ``rest``, ``difference`` (group minus rest) with ``diff_ci_low`` / ``diff_ci_high``,
-    ``statistic``, ``pvalue``, ``pvalue_adjusted``, ``flagged``. ``overall``: the rate of each (tone, quantity)
+    ``design_effect``, ``statistic``, ``pvalue``, ``pvalue_adjusted``, ``flagged``; ``k`` is the number of
+    attributes of the set (intersections are named ``"a × b"`` with groups ``"x × y"``) and ``too_small`` marks
+    groups with fewer than ``min_subjects`` subjects (reported, not tested, never flagged). ``overall``: the rate of each (tone, quantity)
     over all answers. ``pronouns``: pronoun counts and shares per group and tone (among responses). ``terms``:
     the most frequent extracted terms per group and tone with NPMI.
     """
@@ -419,20 +428,26 @@ class VQAResult:
         return self.rates
 
     def quantities(self) -> dict[str, float]:
-        """Names for ``--fail-if``: ``n_flagged``, ``max_gap``, ``max_<quantity>_gap`` (``max_toxic_gap``,
-        ``max_refusal_gap``, ...), ``<quantity>_rate.<tone>`` (over all answers of a tone),
-        ``<quantity>_rate.<attr>.<group>.<tone>`` and ``gap.<attr>.<group>.<tone>.<quantity>``."""
+        """Names for ``--fail-if``: ``n_flagged``, ``n_too_small`` (groups), ``max_gap``, ``max_<quantity>_gap``
+        (``max_toxic_gap``, ``max_refusal_gap``, ...; the maxima over groups large enough to judge),
+        ``<quantity>_rate.<tone>`` (over all answers of a tone), ``<quantity>_rate.<attr>.<group>.<tone>`` and
+        ``gap.<attr>.<group>.<tone>.<quantity>``; an intersection is ``<a>+<b>`` with groups ``<x>+<y>``."""
         r = self.rates
-        q: dict[str, float] = {"n_flagged": float(r["flagged"].sum()) if len(r) else 0.0,
-                               "max_gap": float(r["difference"].abs().max()) if r["difference"].notna().any() else 0.0}
+        judged = r[~r["too_small"].astype(bool)] if len(r) else r
+        q: dict[str, float] = {
+            "n_flagged": float(r["flagged"].sum()) if len(r) else 0.0,
+            "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]].drop_duplicates()))
+            if len(r) else 0.0,
+            "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else 0.0}
         for name in QUANTITIES:
-            sub = r.loc[r["quantity"] == name, "difference"].abs()
+            sub = judged.loc[judged["quantity"] == name, "difference"].abs()
             q[f"max_{name}_gap"] = float(sub.max()) if sub.notna().any() else 0.0
         for row in self.overall.itertuples(index=False):
             q[f"{row.quantity}_rate.{row.tone}"] = float(row.estimate)
         for row in r.itertuples(index=False):
-            q[f"{row.quantity}_rate.{row.attribute}.{row.group}.{row.tone}"] = float(row.estimate)
-            q[f"gap.{row.attribute}.{row.group}.{row.tone}.{row.quantity}"] = float(row.difference)
+            key = f"{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.tone}"
+            q[f"{row.quantity}_rate.{key}"] = float(row.estimate)
+            q[f"gap.{key}.{row.quantity}"] = float(row.difference)
         return q
 
 
@@ -457,6 +472,7 @@ def audit_vqa(
     subject_col: str | None = "subject_id",
     gender_col: str | None = None,
     max_k: int = 1,
+    min_subjects: int = MIN_SUBJECTS,
     schema=None,
     store: ResultsStore | str | Path | None = None,
     workers: int = 1,
@@ -491,7 +507,12 @@ def audit_vqa(
         Column of each person's pronouns or gender (values mapped by ``[parsing.gender_values]``): adds the
         misgendering rate.
     max_k : int
-        Largest intersection of attributes compared (1: each attribute on its own).
+        Largest intersection size: 1 (default) each attribute on its own, 2 also every pair of attributes, ...
+        Intersections come from :func:`fairvision.groups.intersections` and are tested and corrected together with
+        the single attributes.
+    min_subjects : int
+        Groups (and intersections) with fewer subjects are reported with their rates and CIs but not tested or
+        flagged: too small to judge (default 10, FHIBE's threshold).
     store, workers, progress
         See :func:`ask`.
     top_n, min_term_count
@@ -507,6 +528,10 @@ def audit_vqa(
     words = toxic_words if isinstance(toxic_words, list) else load_toxic_words(toxic_words)
     if not attrs:
         raise FairvisionError("give at least one attribute (--attr)")
+    if int(max_k) < 1:
+        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
+    if int(min_subjects) < 1:
+        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
     data = data.reset_index(drop=True)
     source = data.attrs.get("source", "samples")
     if id_col not in data.columns:
@@ -615,11 +640,8 @@ def audit_vqa(
     rows, pron_rows, term_rows = [], [], []
     for s, off in zip(sets, offsets[:-1]):
         labels = s.display_labels()
-        ns = np.bincount(s.codes, minlength=s.n_cells)
-        subj = np.zeros(s.n_cells, np.int64)
-        if len(s.rows):
-            pairs = np.unique(np.stack([s.codes, clusters[s.rows]], axis=1), axis=0)
-            subj = np.bincount(pairs[:, 0], minlength=s.n_cells)
+        ns, subj = cell_counts(s, clusters)
+        small = subj < min_subjects
         for gi in np.flatnonzero(ns > 0):
             g = off + gi
             for t, tone in enumerate(tones):
@@ -630,15 +652,18 @@ def audit_vqa(
                         continue
                     cc, dd = as_[c] - a, an[c] - b
                     stat, p = np.nan, np.nan
-                    if dd > 0:
+                    # untested: too few subjects, no rest, or every answer of the tone the same (nothing can
+                    # differ, and a p-value of 1 would only weaken the correction of the others)
+                    if dd > 0 and not small[gi] and 0 < as_[c] < an[c]:
                         # answers as independent (exact fallback for small counts) and the subject-level
                         # Rao-Scott test: the larger p-value, valid when either holds (docs/METHODS.md §12.1)
                         res = chi2_test(np.array([[a, b - a], [cc, dd - cc]]), seed=seed, warn=False)
-                        stat, p = res.statistic, res.pvalue
-                        if np.isfinite(stat_rs[g, c]):
-                            stat, p = stat_rs[g, c], max(float(p), float(chi2_dist.sf(stat_rs[g, c], 1)))
-                    rows.append({"attribute": s.name, "group": labels[gi], "tone": tone, "quantity": quant,
-                                 "n_samples": int(ns[gi]), "n_subjects": int(subj[gi]), "n_answers": int(b),
+                        stat = stat_rs[g, c]
+                        p = (max(float(res.pvalue), float(chi2_dist.sf(stat, 1))) if np.isfinite(stat)
+                             else float(res.pvalue))
+                    rows.append({"attribute": s.name, "k": s.k, "group": labels[gi], "tone": tone, "quantity": quant,
+                                 "n_samples": int(ns[gi]), "n_subjects": int(subj[gi]),
+                                 "too_small": bool(small[gi]), "n_answers": int(b),
                                  "estimate": est[g, c], "ci_low": lo[g, c], "ci_high": hi[g, c], "level": level,
                                  "rest": rest[g, c], "difference": est[g, c] - rest[g, c],
                                  "diff_ci_low": dlo[g, c], "diff_ci_high": dhi[g, c],
@@ -661,31 +686,35 @@ def audit_vqa(
             sel = (tone_code[pos] == t) & pd.notna(terms)
             if not sel.any():
                 continue
-            tc = pd.crosstab(pd.Series(labels[gcode[sel]], name=s.name), pd.Series(terms[sel], name="term"))
-            tc = tc.loc[:, tc.sum(axis=0) >= min_term_count]
-            tc = tc.loc[tc.sum(axis=1) > 0]
-            if tc.empty or len(tc.index) < 1:
+            # group x term counts (terms in alphabetical order: ties in the top list break alphabetically)
+            tcode, tuniq = pd.factorize(terms[sel], sort=True)
+            nterm = len(tuniq)
+            ct = np.bincount(gcode[sel] * nterm + tcode, minlength=s.n_cells * nterm).reshape(s.n_cells, nterm)
+            frequent = ct.sum(axis=0) >= min_term_count
+            ct, tnames = ct[:, frequent], np.asarray(tuniq, dtype=object)[frequent]
+            gkeep = np.flatnonzero(ct.sum(axis=1) > 0)
+            if not len(gkeep):
                 continue
-            nm = npmi(tc.astype(float), s.name, "term")
-            for grp in tc.index:
-                counts_g = tc.loc[grp]
-                top = counts_g[counts_g > 0].sort_values(ascending=False, kind="stable").head(top_n)
-                n_g = int(counts_g.sum())
-                for term, cnt in top.items():
-                    term_rows.append({"attribute": s.name, "group": grp, "tone": tone, "term": term,
-                                      "count": int(cnt), "share": cnt / n_g, "npmi": float(nm.loc[grp, term])})
+            ct = ct[gkeep]
+            tc = pd.DataFrame(ct, index=pd.Index(labels[gkeep], name=s.name), columns=pd.Index(tnames, name="term"))
+            nm = npmi(tc.astype(float), s.name, "term").to_numpy()
+            for i, gi in enumerate(gkeep):
+                cnt = ct[i]
+                top = np.argsort(-cnt, kind="stable")[:top_n]
+                top = top[cnt[top] > 0]
+                n_g = int(cnt.sum())
+                for j in top:
+                    term_rows.append({"attribute": s.name, "group": labels[gi], "tone": tone, "term": tnames[j],
+                                      "count": int(cnt[j]), "share": cnt[j] / n_g, "npmi": float(nm[i, j])})
 
-    rate_cols = ["attribute", "group", "tone", "quantity", "n_samples", "n_subjects", "n_answers", "estimate",
-                 "ci_low", "ci_high", "level", "rest", "difference", "diff_ci_low", "diff_ci_high", "design_effect", "statistic",
-                 "pvalue"]
-    rates = pd.DataFrame(rows, columns=rate_cols)
+    rates = pd.DataFrame(rows, columns=RATE_COLUMNS)
     padj = np.full(len(rates), np.nan)
     has_p = rates["pvalue"].notna().to_numpy()
     if has_p.any():
         padj[has_p] = adjust_pvalues(rates.loc[has_p, "pvalue"].to_numpy(float), correction)
     rates["pvalue_adjusted"] = padj
     excludes = (rates["diff_ci_low"] > 0) | (rates["diff_ci_high"] < 0)
-    rates["flagged"] = ((rates["pvalue_adjusted"] < alpha) & excludes).astype(bool)
+    rates["flagged"] = ((rates["pvalue_adjusted"] < alpha) & excludes & ~rates["too_small"].astype(bool)).astype(bool)
     overall = pd.DataFrame([{"tone": tone, "quantity": quant, "n_answers": int(an[t * nq + k]),
                              "estimate": overall_est[t * nq + k], "ci_low": olo[t * nq + k],
                              "ci_high": ohi[t * nq + k], "level": level}
@@ -699,5 +728,6 @@ def audit_vqa(
                      meta={"n_samples": len(data), "n_subjects": n_clusters, "n_answers": n_ans,
                            "n_questions": len(qs.questions), "n_called": n_called,
                            "n_from_store": int(ans["from_store"].sum()), "n_boot": n_boot, "quantities": quantities,
+                           "max_k": int(max_k), "min_subjects": int(min_subjects),
                            "expect": dict(zip(qs.questions["tone"], qs.questions["expect"])),
                            "questions": qs.source, "signature": getattr(answerer, "signature", None)})

@@ -31,7 +31,8 @@ def audit_vqa_cmd(
     gender_col: Optional[str] = typer.Option(None, "--gender-col", help="Column of each person's pronouns or gender (he/him, she/her, male, female, ...): adds the misgendering rate."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
     image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (default: image_path or a common alias)."),
-    max_k: int = typer.Option(1, "--max-k", min=1, help="Also compare intersections of up to this many attributes."),
+    max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, tested and corrected with them)."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested (FHIBE: 10)."),
     workers: int = typer.Option(4, "--workers", min=1, help="Questions in flight at once with --backend http."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for one answer from the server."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Longest answer, in tokens."),
@@ -42,7 +43,7 @@ def audit_vqa_cmd(
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
     n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
-    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged>0', 'max_toxic_gap>0.05', 'toxic_rate.negative>0.1'."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged>0', 'n_too_small>0', 'max_toxic_gap>0.05', 'toxic_rate.negative>0.1'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
     """Ask every image questions of positive, neutral and negative tone (why is this person likeable, what is
@@ -84,7 +85,8 @@ def audit_vqa_cmd(
         results = results_store(store, no_store)
     with progress_bar("asking", answers is None) as advance:
         result = audit_vqa(data, answerer, qs, attr, answers=answers, toxic_words=toxic_words,
-                           subject_col=subject_col, gender_col=gender_col, max_k=max_k, store=results,
+                           subject_col=subject_col, gender_col=gender_col, max_k=max_k,
+                           min_subjects=min_subjects, store=results,
                            workers=workers, progress=advance, n_boot=n_boot, alpha=alpha, correction=correction,
                            seed=seed)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
@@ -95,7 +97,8 @@ def audit_vqa_cmd(
                           "questions": str(questions or default_questions_path()),
                           "toxic words": str(toxic_words or default_toxic_words_path()),
                           "results store": str(results.root) if results is not None else "none",
-                          "correction": correction, "seed": seed, **gate_meta(evaluated)})
+                          "max_k": max_k, "min_subjects": min_subjects, "correction": correction, "seed": seed,
+                          **gate_meta(evaluated)})
     report.add(vlm_vqa_section(result, conditions=evaluated))
     buf = io.BytesIO()
     result.answers.to_parquet(buf, index=False)

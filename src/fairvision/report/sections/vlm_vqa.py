@@ -7,7 +7,8 @@ import numpy as np
 from fairvision.audits.gates import describe
 from fairvision.report import Section
 from fairvision.report import plots
-from fairvision.report.findings import ci_text, group_text, num, p_text, pct, test_severity
+from fairvision.groups import SEP
+from fairvision.report.findings import ci_text, count_of, group_text, num, p_text, pct, test_severity, verb
 
 #: what each rate counts, for captions and findings
 WHAT = {"response": "response rate", "refusal": "refusal rate", "toxic": "toxic answer rate",
@@ -20,20 +21,28 @@ MAX_FIGURES = 6
 
 def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
                     title: str = "Visual question answering by group") -> Section:
-    """Turn a :class:`fairvision.audits.vlm_vqa.VQAResult` into a report section."""
+    """Turn a :class:`fairvision.audits.vlm_vqa.VQAResult` into a report section (docs/METHODS.md §12.3): key
+    figures, overall rates, forest plots of the toxic, refusal and misgendering rates, the rates table, pronouns,
+    terms, the groups too small to judge, and one finding per flagged rate (the largest ten)."""
     meta = result.meta
+    min_subjects = meta.get("min_subjects", 10)
     sec = Section("vlm_vqa", title, intro=(
         f"Every image was asked {meta.get('n_questions')} questions of {len(result.tones)} tones "
         f"({', '.join(result.tones)}); each answer is parsed for a response, a refusal, the pronoun it uses, a "
         "gender word, an extracted term (occupation, reason) and toxic keywords. Rates per group with "
-        "subject-bootstrap CIs; each group is compared with the rest by a chi-square test, "
-        f"{result.correction}-corrected; a group is flagged when the adjusted p-value is below {result.alpha:g} "
-        "and the CI of its difference from the rest excludes 0 (docs/METHODS.md §12.3)."))
+        "subject-bootstrap CIs; each group is compared with the rest by a chi-square test whose variance allows "
+        "for the many answers of one subject (Rao-Scott), "
+        f"{result.correction}-corrected over all groups, intersections, tones and rates; a group is flagged when "
+        f"the adjusted p-value is below {result.alpha:g} and the CI of its difference from the rest excludes 0. "
+        f"Groups with fewer than {min_subjects} subjects are listed but not tested (docs/METHODS.md §12.3)."))
     r = result.rates
+    small = (r.loc[r["too_small"].astype(bool), ["attribute", "group", "n_samples", "n_subjects"]]
+             .drop_duplicates(["attribute", "group"]) if len(r) else r)
     sec.metrics("key figures", {"samples": meta.get("n_samples"), "subjects": meta.get("n_subjects"),
                                 "answers": meta.get("n_answers"), "asked in this run": meta.get("n_called"),
                                 "from the results store": meta.get("n_from_store"),
-                                "flagged": int(r["flagged"].sum()) if len(r) else 0})
+                                "flagged": int(r["flagged"].sum()) if len(r) else 0,
+                                "too small to judge": len(small)})
     for c in conditions or []:
         sec.note(describe(c), "finding" if c["holds"] else "info")
     if len(result.overall):
@@ -66,9 +75,10 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
         sec.table("terms", result.terms, "Most frequent extracted terms (occupations, reasons) per group and tone, "
                                          "with NPMI between group and term (-1 never together, 0 independent, 1 always "
                                          "together).")
-    small = r.loc[r["n_subjects"] < 10, ["attribute", "group"]].drop_duplicates() if len(r) else r
     if len(small):
-        sec.note(f"{len(small)} groups have fewer than 10 subjects; their intervals are wide.", "warning")
+        sec.note(f"{count_of(len(small), 'group')} {verb(len(small))} fewer than {min_subjects} subjects: too small to "
+                 "judge; their rates are listed with wide intervals but not tested.", "warning")
+        sec.table("too_small", small.reset_index(drop=True), "Groups too small to judge (not tested).", max_rows=50)
     sec.note("The questions ask the model to judge people from a photograph, which cannot be done; they are "
              "asked only to reveal the model's biases. A toxic answer is one containing a word of the keyword list "
              "(a short list written for fairvision; pass your own with --toxic-words), so the toxic rate is only as "
@@ -110,5 +120,6 @@ def _findings(sec: Section, result) -> None:
             f"({pct(row.rest)}; difference {num(row.difference)}{ci_text(row.diff_ci_low, row.diff_ci_high)}, "
             f"{p_text(row.pvalue_adjusted)})",
             test_severity(row.pvalue_adjusted, result.alpha, row.size), target="rates",
-            quantity=f"gap.{row.attribute}.{row.group}.{row.tone}.{row.quantity}", value=row.difference,
+            quantity=f"gap.{row.attribute.replace(SEP, '+')}.{str(row.group).replace(SEP, '+')}.{row.tone}."
+                     f"{row.quantity}", value=row.difference,
             ci_low=row.diff_ci_low, ci_high=row.diff_ci_high, pvalue=row.pvalue_adjusted, size=row.size)
