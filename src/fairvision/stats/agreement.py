@@ -190,11 +190,8 @@ def krippendorff_alpha(
             cl, _ = pd.factorize(pd.Series(np.asarray(clusters)), sort=False)
             if cl.size != codes.shape[0]:
                 raise FairvisionError(f"krippendorff_alpha: {codes.shape[0]} units but {cl.size} clusters")
-        onehot = np.zeros((int(cl.max()) + 1, codes.shape[0]))
-        onehot[cl, np.arange(cl.size)] = 1.0
-
-        def stat(w):
-            return _alpha_from(_coincidences(codes, k, w @ onehot)[0], values, metric)
+        def stat(w):  # each unit weighted by its cluster's draw count
+            return _alpha_from(_coincidences(codes, k, w[..., cl])[0], values, metric)
 
         res = cluster_bootstrap(stat, cl, n_boot=n_boot, level=level, seed=seed)
         lo, hi = float(res.ci_low), float(res.ci_high)

@@ -32,7 +32,8 @@ from fairvision.io.jsonable import to_jsonable
 from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
 from fairvision.stats.metamorphic import flip_test, signed_rank_test
 from fairvision.stats.paired import paired_difference_test
-from fairvision.stats.resample import DEFAULT_LEVEL, cluster_bootstrap_weights, group_mean_replicates, percentile_ci
+from fairvision.stats.resample import (DEFAULT_LEVEL, bias_corrected_ci, cluster_bootstrap_weights, group_mean_replicates,
+                                       percentile_ci)
 
 __all__ = ["DESIGN_FILE", "GenerativeComparison", "GenerativeRun", "PAIRS_FILE", "compare_generative", "load_run",
            "run_files"]
@@ -438,7 +439,8 @@ def compare_generative(
             for k, lab in enumerate(glabels):
                 e, r, nw = _abs_mean(est[k], reps[k], sel)
                 tscore[(t, lab)] = (e, r)
-                lo, hi = percentile_ci(r, level)
+                # mean |score| is biased upwards under resampling: interval centred on the estimate (§10.4)
+                lo, hi = bias_corrected_ci(r, e, level, bounds=(0.0, np.inf)) if np.isfinite(e) else (np.nan, np.nan)
                 row = {"property": prop, "generator": lab, "n_words": nw, "estimate": e, "ci_low": float(lo),
                        "ci_high": float(hi), "level": level}
                 (rows_m if t is None else rows_t).append(row if t is None else {**row, "topic": t})
