@@ -154,3 +154,64 @@ def test_cli_end_to_end_and_bad_annotator_key(tmp_path, capsys):
         read_annotated_coco(p, "rater")
     assert main(["curate", "agreement", "--coco", str(p), "--n-boot", "0", "-o", str(tmp_path / "r3"),
                  "--fail-if", "mean_iou<0.99"]) == 1
+
+
+def test_annotators_are_described_not_tested(tmp_path):
+    # every match belongs to two annotators, so annotators' sets of matches overlap: a table of means with
+    # subject-bootstrap CIs, no Mann-Whitney tests between annotators; the means by hand from the matches
+    p, s = _coco(tmp_path)
+    res = audit_agreement(pd.read_csv(s), read_annotated_coco(p, vendor_key="vendor"), ["grp"], min_subjects=5,
+                          n_boot=200)
+    ba = res.by_annotator
+    assert isinstance(ba, pd.DataFrame) and not hasattr(ba, "pairwise")
+    m = res.pairs[res.pairs["matched"]]
+    t = ba[ba["measure"] == "iou"].set_index("annotator")
+    for a in "ABC":
+        mine = m[(m["annotator_a"] == a) | (m["annotator_b"] == a)]
+        assert t.loc[a, "mean"] == pytest.approx(mine["iou"].mean())
+        assert t.loc[a, "n_matches"] == len(mine) == 2 * 24 and t.loc[a, "n_subjects"] == 24
+        assert t.loc[a, "ci_low"] < t.loc[a, "mean"] < t.loc[a, "ci_high"]
+    assert res.quantities()["min_annotator_iou"] == pytest.approx(t["mean"].min())
+    # groups of subjects are disjoint: they are still tested
+    assert len(res.by_group.pairwise[("iou", "grp")]) == 1
+    from fairvision.report.sections.curation_agreement import agreement_section
+    sec = agreement_section(res)
+    assert not any("annotator" in (f.quantity or "") for f in sec.findings)
+
+
+def _chain_coco(tmp_path):
+    """Image 0: A1 [0,0,10,10], B1 [2,0,10,10], C1 [4,0,10,10], A2 [5,0,10,10]. One-to-one matching gives
+    A1-B1 (IoU 80/120; A2-B1 is 70/130), B1-C1 (80/120) and C1-A2 (90/110; A1-C1 is 60/140): one chain holding
+    both of A's annotations, with A1 'x' and A2 'y'. Images 1-3: one clean unit each."""
+    anns, k = [], 0
+    def add(img, box, who, pose):
+        nonlocal k
+        k += 1
+        anns.append({"id": k, "image_id": img, "category_id": 1, "bbox": box, "annotator_id": who,
+                     "attributes": {"pose": pose}})
+    add(0, [0, 0, 10, 10], "A", "x"), add(0, [2, 0, 10, 10], "B", "y"), add(0, [4, 0, 10, 10], "C", "y")
+    add(0, [5, 0, 10, 10], "A", "y")
+    units = [("x", "x", "x"), ("x", "y", "y"), ("y", "y", "y")]
+    for i, u in enumerate(units, start=1):
+        for who, v in zip("ABC", u):
+            add(i, [0, 0, 10, 10], who, v)
+    p = tmp_path / "chain.json"
+    p.write_text(json.dumps({"images": [{"id": i, "file_name": f"c{i}.jpg", "width": 20, "height": 20} for i in range(4)],
+                             "annotations": anns, "categories": [{"id": 1, "name": "person"}]}))
+    return p, np.array(units, dtype=object)
+
+
+def test_alpha_leaves_out_a_chain_with_two_annotations_of_one_annotator(tmp_path):
+    p, units = _chain_coco(tmp_path)
+    ann = read_annotated_coco(p)
+    pairs = match_annotations(ann)
+    m = pairs[pairs["matched"]]
+    assert {(r.ann_a, r.ann_b) for r in m[m["image_id"] == 0].itertuples()} == {(0, 1), (1, 2), (3, 2)}
+    res = audit_agreement(None, ann, n_boot=0)
+    a = res.alpha.set_index("attribute").loc["pose"]
+    # the chain is left out (not silently reduced to one of A's two values) and counted
+    assert a["n_units_dropped"] == 1 and a["n_units"] == 3
+    assert a["estimate"] == pytest.approx(krippendorff_alpha(units).estimate)
+    from fairvision.report.sections.curation_agreement import agreement_section
+    notes = [b["text"] for b in agreement_section(res).blocks if b.get("type") == "note"]
+    assert any("left out up to 1 unit" in t for t in notes)

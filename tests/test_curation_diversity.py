@@ -275,3 +275,28 @@ def test_cli_end_to_end(tmp_path, portraits, capsys):
     bad = ["curate", "diversity", str(samples), "-a", "group", "--variants", "faces", "-o", str(tmp_path / "bad")]
     assert main(bad) == EXIT_INPUT
     assert "faces" in capsys.readouterr().err and not (tmp_path / "bad" / "report.html").exists()
+
+
+def test_cli_embeddings_with_explicit_masked_variants_is_refused(tmp_path, capsys):
+    """--embeddings are of the whole images: an explicit request for scene/subject cannot be honoured and exits 2
+    with one line (it used to be silently reduced to whole); the default and an explicit 'whole' are scored."""
+    rng = np.random.default_rng(0)
+    n = 30
+    data = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "g": np.repeat(["x", "y"], n // 2)})
+    samples = tmp_path / "samples.csv"
+    data.to_csv(samples, index=False)
+    emb = tmp_path / "emb.npz"
+    np.savez(emb, ids=data["sample_id"].to_numpy().astype(str), embeddings=rng.normal(size=(n, 8)))
+    base = ["curate", "diversity", str(samples), "-a", "g", "--embeddings", str(emb), "--min-subjects", "3",
+            "--n-boot", "20", "--n-draws", "5", "--n-null", "20"]
+    for variants in ("whole,scene,subject", "scene", "whole,subject"):
+        out = tmp_path / f"r_{variants.replace(',', '_')}"
+        assert main(base + ["--variants", variants, "-o", str(out)]) == EXIT_INPUT
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--embeddings" in err and "whole" in err, err
+        assert not (out / "report.html").exists()
+    for extra in ([], ["--variants", "whole"]):
+        out = tmp_path / f"ok{len(extra)}"
+        assert main(base + extra + ["-o", str(out)]) == 0, capsys.readouterr().err
+        scores = pd.read_parquet(next((out / "tables").glob("*scores*.parquet")))
+        assert set(scores["variant"]) == {"whole"}

@@ -77,24 +77,31 @@ def _eyes(image):
     return np.array([q["left_eye"], q["right_eye"]])
 
 
-def test_eye_mouth_alignment_puts_the_eye_centres_at_the_same_coordinates(portraits):
-    """The default alignment (rotation from the eye line, scale from the eye-mouth distance): the transform puts
-    every portrait's eye midpoint at EYE_MIDPOINT_AT exactly with the eye line level, and the face mesh run again
-    on the aligned 512 px output finds the eye centres' midpoint there. Measured on all 59 portraits with a face:
-    75% within 2 px, median 1.5 px, largest 5.2 (turned heads); the rest is the mesh's own re-detection noise
-    (the pixels themselves land within 0.5 px, test_pixels_land_where_the_transform_says)."""
+def test_eye_mouth_alignment_puts_the_eye_midpoint_at_the_same_coordinates_with_a_level_eye_line(portraits):
+    """The default alignment (rotation from the eye line, scale from the eye-mouth distance) fixes the eye
+    MIDPOINT and a level eye line, not each eye (each eye's x varies with the face's proportions; method="eyes"
+    fixes both): the transform puts every portrait's eye midpoint at EYE_MIDPOINT_AT exactly with the eye line
+    level, and the face mesh run again on the aligned 512 px output finds the eye centres' midpoint there.
+    Measured on all 59 portraits with a face: 75% within 2 px, median 1.5 px, largest 5.2 (turned heads); the
+    rest is the mesh's own re-detection noise (the pixels themselves land within 0.5 px,
+    test_pixels_land_where_the_transform_says). Level eye line, |y_left - y_right| of the re-found eye centres:
+    on all 59, 78% within 2 px, median 1.1 px, largest 8.0; on these 10, 7 within 2 px (largest 4.5)."""
     target = np.array(EYE_MIDPOINT_AT) * 512 - 0.5
-    errors = []
+    errors, tilt, left_x = [], [], []
     for img, f in portraits:
         a = align_face(img, f["left_eye"], f["right_eye"], f["left_mouth"], f["right_mouth"], size=512)
         le, re_ = a.transform([f["left_eye"], f["right_eye"]])
+        left_x.append(le[0])
         assert np.allclose((le + re_) / 2, target, atol=1e-6) and abs(le[1] - re_[1]) < 1e-6
         found = _eyes(a.image)
         errors.append(np.abs(found.mean(axis=0) - target).max())
-    errors = np.array(errors)
+        tilt.append(abs(found[0, 1] - found[1, 1]))
+    errors, tilt = np.array(errors), np.array(tilt)
     assert np.isfinite(errors).all(), np.round(errors, 1)
     assert np.median(errors) <= 2.0, np.round(errors, 1)
     assert np.mean(errors <= 2.0) >= 0.6, np.round(errors, 1)
+    assert np.mean(tilt <= 2.0) >= 0.6, np.round(tilt, 1)  # the re-found eye line is level
+    assert np.ptp(left_x) > 2  # each eye's x is not fixed: it follows the face's proportions
 
 
 def test_aligned_portraits_put_the_eyes_at_the_same_coordinates(portraits):

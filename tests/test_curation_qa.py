@@ -246,3 +246,131 @@ def test_cli_store_and_no_store(tmp_path, monkeypatch):
     assert main(base + ["--store", str(tmp_path / "st"), "--no-store", "-o", str(tmp_path / "o3")]) == 2
     assert main(base + ["-o", str(tmp_path / "o4")]) == 0  # default: $FAIRVISION_STORE
     assert list((Path(os.environ["FAIRVISION_STORE"]) / qa.STAGE).glob("part-*.parquet"))
+
+
+XMP_GPS = (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+           b'<rdf:Description xmlns:exif="http://ns.adobe.com/exif/1.0/" exif:GPSLatitude="52,22.025N" '
+           b'exif:GPSLongitude="4,53.0E"/></rdf:RDF></x:xmpmeta>')
+XMP_PLAIN = XMP_GPS.replace(b' exif:GPSLatitude="52,22.025N" exif:GPSLongitude="4,53.0E"', b' exif:Make="x"')
+
+
+def _jpeg_with_app1_xmp(px, xmp: bytes) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(px).save(buf, format="JPEG", quality=90)
+    data = buf.getvalue()
+    payload = b"http://ns.adobe.com/xap/1.0/\x00" + xmp
+    seg = b"\xff\xe1" + len(payload + b"..").to_bytes(2, "big") + payload
+    return data[:2] + seg + data[2:]  # APP1 XMP written by hand, independent of the code under test
+
+
+def test_gps_in_xmp_is_flagged_and_stripped(tmp_path):
+    px = np.random.default_rng(1).integers(0, 255, size=(24, 32, 3), dtype=np.uint8)
+    (tmp_path / "xmp_gps.jpg").write_bytes(_jpeg_with_app1_xmp(px, XMP_GPS))
+    (tmp_path / "xmp_plain.jpg").write_bytes(_jpeg_with_app1_xmp(px, XMP_PLAIN))
+    from PIL import PngImagePlugin
+
+    meta = PngImagePlugin.PngInfo()
+    meta.add_itxt("XML:com.adobe.xmp", XMP_GPS.decode())
+    Image.fromarray(px).save(tmp_path / "xmp_gps.png", pnginfo=meta)
+    for name in ("xmp_gps.jpg", "xmp_gps.png"):
+        info = inspect_image_file(tmp_path / name)
+        assert info["has_xmp"] and info["has_gps"] and not info["has_exif"], name
+        strip_metadata(tmp_path / name, tmp_path / f"clean_{name}")
+        after = inspect_image_file(tmp_path / f"clean_{name}")
+        assert not after["has_gps"] and not after["has_xmp"], name
+    plain = inspect_image_file(tmp_path / "xmp_plain.jpg")
+    assert plain["has_xmp"] and not plain["has_gps"]
+
+
+def test_qa_cache_version_changed_for_xmp_gps():
+    # stored per-image checks from before XMP GPS detection must be recomputed
+    from fairvision.audits.curation import qa
+
+    assert qa.CACHE_VERSION >= 2
+
+
+def _segments(data: bytes) -> list[int]:
+    """JPEG marker sequence up to the first scan, read independently of the code under test."""
+    out, pos = [], 2
+    while pos < len(data) and data[pos] == 0xFF:
+        m = data[pos + 1]
+        out.append(m)
+        if m == 0xDA:
+            break
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return out
+
+
+def test_jpeg_orientation_segment_follows_jfif(tmp_path):
+    px = np.random.default_rng(2).integers(0, 255, size=(30, 40, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    exif[0x8825] = {1: "N", 2: (1.0, 2.0, 3.0)}
+    Image.fromarray(px).save(tmp_path / "j.jpg", quality=90, exif=exif)  # Pillow writes APP0 JFIF then APP1
+    assert _segments((tmp_path / "j.jpg").read_bytes())[:2] == [0xE0, 0xE1]
+    strip_metadata(tmp_path / "j.jpg", tmp_path / "j_clean.jpg")
+    clean = (tmp_path / "j_clean.jpg").read_bytes()
+    seg = _segments(clean)
+    assert seg[0] == 0xE0 and seg[1] == 0xE1 and seg.count(0xE1) == 1  # JFIF right after SOI, then orientation
+    with Image.open(tmp_path / "j_clean.jpg") as im:
+        assert im.getexif()[0x0112] == 8 and 0x8825 not in im.getexif()
+        assert im.info.get("jfif") is not None
+    # without APP0 (an EXIF-only JPEG): the orientation right after SOI
+    raw = (tmp_path / "j.jpg").read_bytes()
+    n0 = 4 + int.from_bytes(raw[4:6], "big")
+    no_jfif = raw[:2] + raw[n0:]
+    assert _segments(no_jfif)[0] == 0xE1
+    from fairvision.audits.curation.qa import strip_jpeg
+
+    out = strip_jpeg(no_jfif, orientation=3)
+    assert _segments(out)[0] == 0xE1
+    with Image.open(io.BytesIO(out)) as im:
+        assert im.getexif()[0x0112] == 3
+
+
+def test_png_orientation_kept_as_one_tag_exif(tmp_path):
+    px = np.random.default_rng(3).integers(0, 255, size=(30, 40, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    exif[0x010F] = "Camera maker"
+    exif[0x8825] = {1: "S", 2: (10.0, 0.0, 0.0)}
+    Image.fromarray(px).save(tmp_path / "r.png", exif=exif)
+    assert inspect_image_file(tmp_path / "r.png")["orientation"] == 6
+    strip_metadata(tmp_path / "r.png", tmp_path / "r_clean.png")
+    clean = (tmp_path / "r_clean.png").read_bytes()
+    assert b"Camera maker" not in clean
+    info = inspect_image_file(tmp_path / "r_clean.png")
+    assert info["orientation"] == 6 and not info["has_gps"] and (info["width"], info["height"]) == (30, 40)
+    with Image.open(tmp_path / "r_clean.png") as im:
+        assert dict(im.getexif()) == {0x0112: 6}
+        assert np.array_equal(np.asarray(im.convert("RGB")), px)  # pixels unchanged (the tag is not applied)
+    # eXIf right after IHDR, before IDAT; every chunk's CRC valid (checked by PIL's verify)
+    types, pos = [], 8
+    while pos < len(clean):
+        n = int.from_bytes(clean[pos:pos + 4], "big")
+        types.append(clean[pos + 4:pos + 8])
+        pos += 12 + n
+    assert types[:2] == [b"IHDR", b"eXIf"] and types.index(b"eXIf") < types.index(b"IDAT")
+    with Image.open(tmp_path / "r_clean.png") as im:
+        im.verify()
+    # orientation 1: no eXIf at all
+    Image.fromarray(px).save(tmp_path / "u.png", exif=Image.Exif())
+    assert b"eXIf" not in strip_png((tmp_path / "u.png").read_bytes())
+
+
+def test_strip_all_never_overwrites_a_copy(tmp_path):
+    from fairvision.audits.curation.qa import strip_all
+
+    px = np.random.default_rng(4).integers(0, 255, size=(8, 8, 3), dtype=np.uint8)
+    paths = []
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray((px + ord(folder)).astype(np.uint8)).save(tmp_path / folder / "x.png")
+        paths.append(str(tmp_path / folder / "x.png"))
+    # sample 'x' of folder b: x.png is taken by folder a's file, and so is its fallback, the sample id's x.png
+    images = pd.DataFrame({"sample_id": ["w", "x", "y"], "image_path": paths, "readable": True})
+    out = strip_all(images, tmp_path / "out")
+    names = [Path(p).name for p in out["stripped_path"]]
+    assert names == ["x.png", "x-2.png", "y.png"] and len(set(names)) == 3
+    for src, dst in zip(out["source"], out["stripped_path"]):
+        assert np.array_equal(np.asarray(Image.open(src)), np.asarray(Image.open(dst)))

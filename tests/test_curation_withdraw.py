@@ -265,6 +265,8 @@ def test_killed_apply_leaves_old_or_new_state(ds, hook, value):
                       "--store", str(root / "store")], {})
         assert r.returncode == 0, r.stderr
         assert "rolled forward" in r.stdout
+        # the dry run says honestly that it finished the earlier --apply, and changed nothing else
+        assert "even though this run is a dry run" in r.stdout and "dry run: nothing else was changed" in r.stdout
         for name, new in expected.items():
             assert (root / name).read_bytes() == new
         check_withdrawn(root, data, before, MULTI)
@@ -398,3 +400,35 @@ def test_an_image_that_a_kept_row_also_shows_is_not_deleted(ds):
     assert (root / shared).is_file()
     rows = store_rows(root)
     assert (rows["subject_id"] == subject).sum() == 2  # the photo's rows stay: it is still in the dataset
+
+
+def test_apply_rechecks_every_scanned_file_not_only_the_changed_ones(ds):
+    """A derived file scanned with no row of the subject gains one between plan and apply: the plan would not
+    change that file, yet apply must refuse (it re-checks the SHA-256 of every file the plan read), change
+    nothing, and a new plan removes the new row too."""
+    root, data, _ = ds
+    subject = data["subject_id"][20]
+    sid = data["sample_id"][20]
+    extra = root / "extra.csv"
+    extra.write_text("sample_id,score\nzzz,1\n")
+    derived = [root / "measurements.csv", extra]
+    plan = plan_withdrawal(root / "samples.csv", [subject], derived=derived)
+    assert extra not in {f.path for f in plan.files} and plan.checked[extra] == sha(extra.read_bytes())
+    extra.write_text(f"sample_id,score\nzzz,1\n{sid},2\n")  # meanwhile: a row of the subject appears
+    before = snapshot(root)
+    with pytest.raises(InputFileError, match="extra.csv: changed since the withdrawal was planned"):
+        apply_withdrawal(plan)
+    assert {k: v[0] for k, v in snapshot(root).items() if k in before} == {k: v[0] for k, v in before.items()}
+    assert not (root / "withdrawals.log.jsonl").exists()
+    again = plan_withdrawal(root / "samples.csv", [subject], derived=derived)
+    assert apply_withdrawal(again) is not None
+    assert extra.read_text() == "sample_id,score\nzzz,1\n"
+
+
+def test_apply_help_says_what_a_dry_run_may_change():
+    from typer.testing import CliRunner
+
+    from fairvision.cli import app
+
+    out = " ".join(CliRunner().invoke(app, ["curate", "withdraw", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "changes nothing, except that it first finishes an earlier --apply that was interrupted" in out

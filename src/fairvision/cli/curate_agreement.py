@@ -35,8 +35,9 @@ def curate_agreement_cmd(
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
 ):
     """Annotation agreement (FHIBE): box IoU, keypoint OKS, mask Dice and attribute Jaccard of matched annotations,
-    by annotator pair, annotator, vendor and group, with subject-bootstrap CIs, corrected tests and
-    Krippendorff's alpha (docs/METHODS.md §13.4)."""
+    by annotator pair, annotator, vendor and group, with subject-bootstrap CIs, corrected tests between vendor
+    pairs and between groups (annotators described, not tested: their matches overlap) and Krippendorff's alpha
+    (docs/METHODS.md §13.4)."""
     check_outdir(output)
     if correction not in CORRECTIONS:
         raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")

@@ -23,7 +23,7 @@ def diversity_cmd(
     samples: Path = typer.Argument(..., metavar="SAMPLES", help="Sample table: sample_id, image_path, subject_id (optional), the attribute columns."),
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat: -a gender -a age)."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Precomputed whole-image embeddings (.npy with .ids.txt, .npz, or a table with sample ids): skips the model; only the whole variant is scored."),
-    variants: str = typer.Option("whole,scene,subject", "--variants", help="Comma-separated: whole (the image), scene (the person masked), subject (the scene masked)."),
+    variants: Optional[str] = typer.Option(None, "--variants", help="Comma-separated: whole (the image), scene (the person masked), subject (the scene masked). Default: all three; whole alone with --embeddings, which cannot give the others (asking for them with --embeddings is an error)."),
     masks_dir: Optional[Path] = typer.Option(None, "--masks-dir", help="Folder of person masks (<sample_id>.png or <image stem>.png; non-black = person). Images without one use --box-cols or mediapipe selfie segmentation."),
     box_cols: Optional[str] = typer.Option(None, "--box-cols", help="Four columns x0,y0,x1,y1 of a person box in pixels, used where no mask file exists."),
     embedder: str = typer.Option("efficientnet", "--embedder", help="efficientnet (EfficientNet-Lite0 ImageNet features, 1280-d; default) or dlib-face (dlib's 128-d face descriptor of the largest face)."),
@@ -53,7 +53,10 @@ def diversity_cmd(
     check_outdir(output)
     if correction not in CORRECTIONS:
         raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
-    chosen = [v.strip() for v in variants.split(",") if v.strip()]
+    if variants is None:  # the default: every variant the input can give
+        chosen = ["whole"] if embeddings is not None else list(_VARIANTS)
+    else:
+        chosen = [v.strip() for v in variants.split(",") if v.strip()]
     bad = [v for v in chosen if v not in _VARIANTS]
     if bad or not chosen:
         raise FairvisionError(f"--variants: unknown variant {bad[0] if bad else variants!r}; use {', '.join(_VARIANTS)}")
@@ -66,9 +69,9 @@ def diversity_cmd(
             raise FairvisionError(f"--box-cols needs four column names x0,y0,x1,y1, not {box_cols!r}")
     if masks_dir is not None and not masks_dir.is_dir():
         raise FairvisionError(f"{masks_dir}: no such masks folder")
-    if embeddings is not None and chosen != ["whole"] and set(chosen) != set(_VARIANTS):
-        raise FairvisionError("--embeddings are of the whole images: only the whole variant can be scored "
-                              "(leave out --embeddings to embed the scene and subject variants)")
+    if embeddings is not None and set(chosen) != {"whole"}:
+        raise FairvisionError(f"--variants {variants}: --embeddings are of the whole images, so only the whole "
+                              "variant can be scored (leave out --embeddings to embed the scene and subject variants)")
     conditions = [parse_condition(c) for c in fail_if]
     # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
     from fairvision.audits.curation.diversity import audit_diversity
@@ -81,7 +84,7 @@ def diversity_cmd(
         raise FairvisionError(f"{samples}: no image path column (image_path, path, filename, file_name); pass "
                               "--image-col, or give --embeddings")
     results = results_store(store, no_store) if embeddings is None else None
-    result = audit_diversity(data, attr, embeddings=embeddings, variants=chosen, embedder=embedder,
+    result = audit_diversity(data, attr, embeddings=embeddings, variants=tuple(dict.fromkeys(chosen)), embedder=embedder,
                              masks_dir=masks_dir, box_cols=cols, store=results, subject_col=subject_col,
                              n_boot=n_boot, n_draws=n_draws, rarefy_size=rarefy_size, min_subjects=min_subjects,
                              n_null=n_null, alpha=alpha, correction=correction, seed=seed, batch_size=batch_size, threads=threads, progress=progress)

@@ -20,13 +20,14 @@ def curate_crops_cmd(
     landmarks: Optional[Path] = typer.Option(None, "--landmarks", help="Table of faces: sample_id, optional face, box_x0..box_y1 and/or left_eye_x, left_eye_y, right_eye_x, ..., right_mouth_y (image left/right). Images without a row use the built-in face models."),
     size: int = typer.Option(512, "--size", help="Side of the aligned faces in pixels."),
     scale: float = typer.Option(2.0, "--scale", help="Enlargement of the face box for the cropped-only faces."),
-    method: str = typer.Option("eye-mouth", "--method", help="Alignment: eye-mouth (default: rotation from the eye line, scale from the eye-mouth distance, eye midpoint at a fixed point), ffhq (FHIBE's FFHQ square) or eyes (both eyes at fixed points)."),
+    method: str = typer.Option("eye-mouth", "--method", help="Alignment: eye-mouth (default; fixes the eye midpoint and a level eye line, scale from the eye-mouth distance; each eye's x varies with face proportions), ffhq (FHIBE's FFHQ square; fixes no point exactly) or eyes (fixes both eye centres)."),
     workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes."),
     engine: str = ENGINE_OPTION,
     address: Optional[str] = ADDRESS_OPTION,
 ):
     """Write FHIBE's two derived face sets: cropped-only (face box x2, mean-colour padding) and cropped-and-aligned
-    (rotation from the eye line, scale from the eye-mouth distance; --method ffhq for FFHQ's square), with a manifest of boxes, landmarks and transforms
+    (rotation from the eye line, scale from the eye-mouth distance: the eye midpoint at a fixed point, the eye line level;
+    --method ffhq for FFHQ's square, --method eyes to fix both eyes), with a manifest of boxes, landmarks and transforms
     (docs/METHODS.md §13.6)."""
     check_outdir(output)
     if method not in METHODS:

@@ -26,7 +26,7 @@ def withdraw_cmd(
     match: List[str] = typer.Option([], "--match", help="Primary match attributes, comma-separated (default: pronoun/gender, age group, ancestry: those present)."),
     secondary: List[str] = typer.Option([], "--secondary", help="Secondary match attributes, comma-separated (weighed below any primary one)."),
     features: List[str] = typer.Option([], "--features", help="Numeric columns (e.g. image complexity) compared last, comma-separated."),
-    apply: bool = typer.Option(False, "--apply", help="Change the files (default: a dry run that changes nothing)."),
+    apply: bool = typer.Option(False, "--apply", help="Change the files (default: a dry run, which changes nothing, except that it first finishes an earlier --apply that was interrupted, as --apply would, and says so)."),
     replace: bool = typer.Option(False, "--replace", help="Add the proposed replacements to the samples table (needs --pool)."),
     delete_images: bool = typer.Option(False, "--delete-images", help="Delete the subject's image files (default: list them)."),
     store: Optional[Path] = typer.Option(None, "--store", metavar="PATH", help="Results store to remove the subject's rows from (default: $FAIRVISION_STORE, else ~/.cache/fairvision/store)."),
@@ -40,7 +40,8 @@ def withdraw_cmd(
     """Withdraw a subject's consent: remove their images and every derived row (samples table, derived files,
     results store) in one all-or-nothing step, append a line to an audit log (hashes, never images), and
     propose optimal replacements from a candidate pool, with the group table before and after
-    (docs/METHODS.md §13.5). A dry run unless --apply; a second run is a no-op."""
+    (docs/METHODS.md §13.5). A dry run unless --apply (it changes nothing, except that an earlier --apply left
+    unfinished by a crash is finished or undone first, and reported); a second run is a no-op."""
     if output is not None:
         check_outdir(output)
     if replace and pool is None:
@@ -51,9 +52,12 @@ def withdraw_cmd(
 
     if not samples.is_file():
         raise FairvisionError(f"{samples}: no such file")
+    # an interrupted --apply is finished (committed) or undone (not committed) even by a dry run: it restores a
+    # consistent dataset before anything is planned, and is reported
     finished = recover(samples)
     if finished:
-        typer.echo(f"an interrupted withdrawal was found and {finished}")
+        typer.echo(f"an interrupted earlier --apply was found and {finished}"
+                   + ("" if apply else " (this changed files even though this run is a dry run)"))
     res = open_store(store, enabled=not no_store)
     plan = plan_withdrawal(samples, subject, derived=derived, store=res, pool=pool, match=_split(match) or None,
                            secondary=_split(secondary), features=_split(features), replace=replace,
@@ -70,7 +74,7 @@ def withdraw_cmd(
         entry = apply_withdrawal(plan, operator=operator, hash_subject=hash_subject)
         typer.echo(f"done; logged in {plan.log_path}" if entry else "nothing to do")
     else:
-        typer.echo("dry run: nothing was changed (--apply does it)")
+        typer.echo("dry run: nothing " + ("else " if finished else "") + "was changed (--apply does it)")
     if output is not None:
         from fairvision.report import Report
         from fairvision.report.sections.curation_withdraw import withdraw_section

@@ -2,10 +2,14 @@
 
 * :func:`crop_face`: the face box enlarged ``scale`` times about its centre, pixels outside the image filled
   with the image's mean colour.
-* :func:`align_face`: the FFHQ procedure (Karras et al. 2019, ``ffhq-dataset/download_ffhq.py``) that FHIBE's
-  cropped-and-aligned set follows: an oriented square from the two eye centres and the two mouth corners,
-  resampled to ``size`` x ``size``. Returned with the 2 x 3 affine matrix that maps input pixel coordinates to
-  output pixel coordinates, so where any input point (the eyes) lands is known exactly.
+* :func:`align_face`: an oriented square resampled to ``size`` x ``size``, by one of three methods that fix
+  different things. ``eye-mouth`` (default) fixes the eye MIDPOINT and a level eye line, with the scale from the
+  eye-to-mouth distance, so each eye's x still varies with the face's proportions (eye distance relative to
+  eye-to-mouth distance); ``eyes`` fixes both eye centres (scale from the eye distance); ``ffhq`` is the FFHQ
+  procedure (Karras et al. 2019, ``ffhq-dataset/download_ffhq.py``) that FHIBE's cropped-and-aligned set
+  follows, a square from the eye centres and the mouth corners that fixes no point exactly (its tilt and scale
+  follow the mouth too). Returned with the 2 x 3 affine matrix that maps input pixel coordinates to output pixel
+  coordinates, so where any input point (the eyes) lands is known exactly.
 * :func:`face_points`: the four points (eye centres, mouth corners) from the mediapipe face mesh or dlib's 68
   landmarks.
 
@@ -213,12 +217,16 @@ def align_face(image: np.ndarray, left_eye, right_eye, left_mouth=None, right_mo
     size : int
         Output side in pixels (FHIBE: 512).
     method : {"eye-mouth", "ffhq", "eyes"}
-        ``eye-mouth`` (default): rotation from the eye line, scale from the eye-to-mouth distance, the eye
-        midpoint at :data:`EYE_MIDPOINT_AT` (:func:`eye_mouth_quad`); ``ffhq``: FHIBE's procedure, FFHQ's
-        square (below; needs the mouth corners too); ``eyes``: a similarity transform
-        (rotation from the eye line, scale from the eye distance) that puts the eye centres exactly at
-        :data:`EYES_AT` in every output, which FFHQ's square does not (its scale and tilt also follow the
-        mouth, so the eyes move by tens of pixels between faces of different proportions).
+        What is fixed in every output:
+
+        * ``eye-mouth`` (default): the eye MIDPOINT, at :data:`EYE_MIDPOINT_AT`, and a level eye line
+          (rotation from the eye line, scale from the eye-to-mouth distance; :func:`eye_mouth_quad`). Each eye's
+          x is not fixed: it is the midpoint -/+ half the eye distance, which varies with the face's proportions.
+        * ``eyes``: both eye centres, at :data:`EYES_AT` (a similarity transform: rotation from the eye line,
+          scale from the eye distance; :func:`eyes_quad`).
+        * ``ffhq``: FHIBE's procedure, FFHQ's square (below; needs the mouth corners): no point exactly, since
+          its scale and tilt also follow the mouth, so the eyes move by tens of pixels between faces of
+          different proportions.
 
     Returns
     -------

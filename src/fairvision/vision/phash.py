@@ -101,6 +101,16 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _xmp_has_gps(packet) -> bool:
+    """Whether an XMP packet (bytes or str) holds a GPS position: ``exif:GPSLatitude`` or ``GPSLongitude``, as an
+    element or an attribute (docs/METHODS.md §13.7)."""
+    if isinstance(packet, str):
+        packet = packet.encode("utf-8", "replace")
+    if not isinstance(packet, (bytes, bytearray)):
+        return False
+    return b"GPSLatitude" in packet or b"GPSLongitude" in packet
+
+
 def _metadata(im) -> dict:
     """Which metadata a PIL image carries."""
     info = im.info or {}
@@ -112,7 +122,9 @@ def _metadata(im) -> dict:
             gps = bool(exif.get_ifd(GPS_IFD_TAG))
         except Exception:  # noqa: BLE001 - a damaged GPS IFD still counts as present
             gps = True
-    xmp = bool(info.get("xmp") or info.get("XML:com.adobe.xmp") or XMP_TAG in exif)
+    packets = [info.get("xmp"), info.get("XML:com.adobe.xmp"), exif.get(XMP_TAG)]
+    xmp = any(bool(x) for x in packets)
+    gps = gps or any(_xmp_has_gps(x) for x in packets if x)
     comment = bool(info.get("comment") or any(k in info for k in ("Comment", "Description", "Author", "Title")))
     return {"has_exif": has_exif, "has_gps": gps, "has_xmp": xmp, "has_icc": bool(info.get("icc_profile")),
             "has_comment": comment, "orientation": int(exif.get(ORIENTATION_TAG, 1) or 1)}

@@ -5,7 +5,9 @@ object keypoint similarity (keypoints), Dice (masks) and pairwise Jaccard (categ
 between vendors. This module matches the annotations of every pair of annotators of an image and category
 (one-to-one, maximum total box IoU, at least ``min_iou``), scores every matched pair, and tabulates agreement by
 annotator, by vendor pair and by the subject's group (are some groups annotated worse?), with subject-bootstrap
-CIs and corrected tests (the model audit's machinery), plus Krippendorff's alpha of every categorical attribute.
+CIs, and corrected tests (the model audit's machinery) between vendor pairs and between groups, plus
+Krippendorff's alpha of every categorical attribute. Annotators are described, not tested: a match belongs to
+both of its annotators, so their sets of matches overlap.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from fairvision.metrics.masks import dice, segmentation_to_mask
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.agreement import jaccard, krippendorff_alpha, label_indicators
 from fairvision.stats.corrections import DEFAULT_CORRECTION
+from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 
 #: agreement measures of a matched pair
 MEASURES = ("iou", "oks", "dice")
@@ -196,12 +199,17 @@ class AgreementAudit:
         :func:`match_annotations` plus ``jaccard.<attribute>`` columns, the sample, subject and group columns.
     by_pair : DataFrame
         Per annotator pair: n_matched, n_unmatched, match_rate and the mean of every measure.
-    by_annotator, by_vendor, by_group : ModelAuditResult or None
-        Mean agreement with subject-bootstrap CIs and corrected pairwise tests, by annotator (every pair
-        counted for both of its annotators), by vendor pair (``A`` within vendor A, ``A | B`` between) and by the
-        subject's groups.
+    by_annotator : DataFrame or None
+        Per measure and annotator: ``n_matches``, ``n_subjects``, ``mean`` with a subject-bootstrap CI
+        (``ci_low``, ``ci_high``, ``level``), every match counted for both of its annotators. Descriptive only:
+        two annotators' matches overlap (their common matches are in both), so they are not tested against each
+        other; the per-pair means of ``by_pair`` are on disjoint matches.
+    by_vendor, by_group : ModelAuditResult or None
+        Mean agreement with subject-bootstrap CIs and corrected pairwise tests by vendor pair (``A`` within
+        vendor A, ``A | B`` between) and by the subject's groups (disjoint sets of matches).
     alpha : DataFrame
-        Krippendorff's alpha (nominal) of every categorical attribute, overall and within each vendor.
+        Krippendorff's alpha (nominal) of every categorical attribute, overall and within each vendor;
+        ``n_units_dropped`` counts units left out because they hold two annotations of one annotator.
     """
 
     measures: list[str]
@@ -215,7 +223,7 @@ class AgreementAudit:
     n_annotations: int
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)
     by_pair: pd.DataFrame = field(default_factory=pd.DataFrame)
-    by_annotator: ModelAuditResult | None = None
+    by_annotator: pd.DataFrame | None = None
     by_vendor: ModelAuditResult | None = None
     by_group: ModelAuditResult | None = None
     alpha: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -230,11 +238,9 @@ class AgreementAudit:
             q[f"mean_{k}"] = float(m[k].mean()) if len(m) else float("nan")
         n = len(self.pairs)
         q["match_rate"] = float(2 * len(m) / (len(m) * 2 + (n - len(m)))) if n else float("nan")
-        if self.by_annotator is not None:
-            for k in self.measures:
-                t = self.by_annotator.groups.get((k, "annotator"))
-                if t is not None:
-                    q[f"min_annotator_{k}"] = float(t["mean"].min())
+        if self.by_annotator is not None and len(self.by_annotator):
+            for k, t in self.by_annotator.groupby("measure", sort=False):
+                q[f"min_annotator_{k}"] = float(t["mean"].min())
         overall = self.alpha[self.alpha["vendor"] == "all"] if len(self.alpha) else self.alpha
         for _, r in overall.iterrows():
             q[f"alpha.{r['attribute']}"] = float(r["estimate"])
@@ -279,8 +285,8 @@ def audit_agreement(
     min_iou : float
         Smallest box IoU of a match (:func:`match_annotations`).
     max_k, min_subjects, correction, alpha, n_boot, level, seed, schema
-        As :func:`fairvision.audits.model.audit_model` (``min_subjects`` applies to groups of subjects; annotators
-        and vendor pairs need at least 2 subjects to be compared).
+        As :func:`fairvision.audits.model.audit_model` (``min_subjects`` applies to groups of subjects; vendor
+        pairs need at least 2 subjects to be compared; annotators are described with CIs, not tested).
     source : str
         Name of the sample table in error messages.
 
@@ -348,10 +354,10 @@ def audit_agreement(
     res.by_pair = by_pair.join(means).reset_index()
     if len(matched) and measures:
         kw = dict(max_k=1, correction=correction, alpha=alpha, n_boot=n_boot, level=level, seed=seed, source=source)
-        long = pd.concat([matched.assign(annotator=matched["annotator_a"]),
-                          matched.assign(annotator=matched["annotator_b"])], ignore_index=True)
-        use = [m for m in measures if long[m].notna().any()]
-        res.by_annotator = audit_model(long, use, ["annotator"], subject_col=subject_col, min_subjects=2, **kw)
+        use = [m for m in measures if matched[m].notna().any()]
+        # descriptive only: a match belongs to both of its annotators, so annotators' sets of matches overlap
+        # and a test between them would compare groups that share observations
+        res.by_annotator = _annotator_means(matched, use, subject_col, n_boot=n_boot, level=level, seed=seed)
         if len(res.vendors) > 1:
             res.by_vendor = audit_model(matched, use, ["vendor_pair"], subject_col=subject_col, min_subjects=2, **kw)
         if attrs:
@@ -363,10 +369,43 @@ def audit_agreement(
     return res
 
 
+def _annotator_means(matched: pd.DataFrame, measures: list[str], subject_col: str, *, n_boot: int, level: float,
+                     seed) -> pd.DataFrame:
+    """Mean agreement of each annotator with the others, every match counted for both of its annotators, with
+    subject-bootstrap percentile CIs (one set of subject draws for every annotator and measure). Descriptive:
+    no tests, since two annotators' sets of matches share their common matches."""
+    cols = ["measure", "annotator", "n_matches", "n_subjects", "mean", "ci_low", "ci_high", "level"]
+    long = pd.DataFrame({
+        "annotator": np.concatenate([matched["annotator_a"].to_numpy(str), matched["annotator_b"].to_numpy(str)]),
+        "subject": np.tile(matched[subject_col].astype(str).to_numpy(), 2)})
+    codes, names = pd.factorize(long["annotator"], sort=True)
+    subj, subjects = pd.factorize(long["subject"], sort=True)
+    weights = cluster_bootstrap_weights(len(subjects), n_boot, seed) if n_boot > 0 else None
+    rows = []
+    for m in measures:
+        v = np.tile(matched[m].to_numpy(float), 2)
+        ok = ~np.isnan(v)
+        est = group_mean_replicates(v, codes, subj, np.ones((1, len(subjects))), n_groups=len(names))[0]
+        if weights is not None:
+            lo, hi = percentile_ci(group_mean_replicates(v, codes, subj, weights, n_groups=len(names)), level)
+        else:
+            lo = hi = np.full(len(names), np.nan)
+        n = np.bincount(codes[ok], minlength=len(names))
+        ns = pd.Series(subj[ok]).groupby(codes[ok]).nunique().reindex(range(len(names)), fill_value=0).to_numpy()
+        for g, name in enumerate(names):
+            rows.append({"measure": m, "annotator": name, "n_matches": int(n[g]), "n_subjects": int(ns[g]),
+                         "mean": est[g], "ci_low": lo[g], "ci_high": hi[g], "level": level})
+    return pd.DataFrame(rows, columns=cols)
+
+
 def _alpha_table(pairs: pd.DataFrame, ex: pd.DataFrame, image_ids: np.ndarray, names: list[str], subject_col: str,
                  n_boot: int, level: float, seed) -> pd.DataFrame:
-    """Krippendorff's alpha per attribute: units are the connected components of the matched annotations."""
-    cols = ["attribute", "vendor", "estimate", "ci_low", "ci_high", "level", "n_units", "n_values", "n_coders"]
+    """Krippendorff's alpha per attribute: units are the connected components of the matched annotations.
+
+    A chain of matches can join two annotations of one annotator into one unit (A1-B1-C1-A2): such a unit has
+    no single value per coder, so it is left out, and counted in ``n_units_dropped``."""
+    cols = ["attribute", "vendor", "estimate", "ci_low", "ci_high", "level", "n_units", "n_values", "n_coders",
+            "n_units_dropped"]
     if not names:
         return pd.DataFrame(columns=cols)
     mt = pairs[pairs["matched"]]
@@ -381,12 +420,20 @@ def _alpha_table(pairs: pd.DataFrame, ex: pd.DataFrame, image_ids: np.ndarray, n
         for vendor in ["all", *sorted(ex["vendor"].unique())] if ex["vendor"].nunique() > 1 else ["all"]:
             sel = (ex["vendor"] == vendor).to_numpy() if vendor != "all" else np.ones(n, bool)
             df = pd.DataFrame({"unit": unit[sel], "coder": ex["annotator"].to_numpy()[sel], "v": vals.to_numpy()[sel]})
-            table = df.pivot_table(index="unit", columns="coder", values="v", aggfunc="first")
+            twice = df.duplicated(["unit", "coder"], keep=False).to_numpy()
+            bad = np.unique(df["unit"].to_numpy()[twice])
+            df = df[~np.isin(df["unit"].to_numpy(), bad)]
+            table = df.pivot(index="unit", columns="coder", values="v")
             clusters = pd.Series(subj[sel], index=unit[sel]).groupby(level=0).first().reindex(table.index).to_numpy()
+            if not len(table):
+                rows.append({"attribute": name, "vendor": vendor, "estimate": np.nan, "ci_low": np.nan,
+                             "ci_high": np.nan, "level": level, "n_units": 0, "n_values": 0, "n_coders": 0,
+                             "n_units_dropped": len(bad)})
+                continue
             r = krippendorff_alpha(table.to_numpy(dtype=object), "nominal", n_boot=n_boot, level=level, seed=seed,
                                    clusters=clusters)
             rows.append({"attribute": name, "vendor": vendor, "estimate": r.estimate, "ci_low": r.ci_low,
                          "ci_high": r.ci_high, "level": level, "n_units": r.n_units, "n_values": r.n_values,
-                         "n_coders": table.shape[1]})
+                         "n_coders": table.shape[1], "n_units_dropped": len(bad)})
     return pd.DataFrame(rows, columns=cols)
 

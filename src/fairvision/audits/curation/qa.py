@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -45,14 +46,15 @@ DEFAULT_HAMMING = 6
 #: JPEG markers kept by the byte-wise strip: APP0 (JFIF), APP2 only when it holds an ICC profile, APP14 (Adobe
 #: colour transform); every other APPn (EXIF, XMP, IPTC, maker data) and COM are dropped.
 JPEG_APP0, JPEG_APP2, JPEG_APP14 = 0xE0, 0xE2, 0xEE
-#: PNG chunks dropped by the byte-wise strip (the rest, including iCCP, sRGB, gAMA, pHYs, are kept).
+#: PNG chunks dropped by the byte-wise strip (the rest, including iCCP, sRGB, gAMA, pHYs, are kept); an
+#: orientation other than 1 comes back as a one-tag eXIf chunk.
 PNG_DROP = {b"eXIf", b"tEXt", b"zTXt", b"iTXt", b"tIME"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 #: results-store stage of the per-image checks
 STAGE = "image_qa"
 #: bump when a change here changes stored per-image checks
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: has_gps also from an XMP packet's GPSLatitude / GPSLongitude
 #: source files that shape a stored per-image check
 SIGNATURE_SOURCES = ("vision/phash.py",)
 
@@ -273,24 +275,34 @@ def _from_stored(rec: dict) -> dict:
     return out
 
 
+def _orientation_tiff(orientation: int) -> bytes:
+    """A minimal EXIF (TIFF) block holding only the orientation tag (big-endian, one IFD entry)."""
+    return (b"MM\x00\x2a" + struct.pack(">I", 8) + struct.pack(">H", 1)
+            + struct.pack(">HHIHH", 0x0112, 3, 1, int(orientation), 0) + struct.pack(">I", 0))
+
+
 def _jpeg_orientation_app1(orientation: int) -> bytes:
-    """A minimal APP1 EXIF segment holding only the orientation tag (big-endian TIFF, one IFD entry)."""
-    tiff = b"MM\x00\x2a" + struct.pack(">I", 8) + struct.pack(">H", 1) + \
-        struct.pack(">HHIHH", 0x0112, 3, 1, int(orientation), 0) + struct.pack(">I", 0)
-    payload = b"Exif\x00\x00" + tiff
+    """A minimal APP1 EXIF segment holding only the orientation tag."""
+    payload = b"Exif\x00\x00" + _orientation_tiff(orientation)
     return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+
+
+def _png_orientation_exif(orientation: int) -> bytes:
+    """A PNG ``eXIf`` chunk holding only the orientation tag."""
+    body = _orientation_tiff(orientation)
+    return struct.pack(">I", len(body)) + b"eXIf" + body + struct.pack(">I", zlib.crc32(b"eXIf" + body) & 0xFFFFFFFF)
 
 
 def strip_jpeg(data: bytes, *, orientation: int = 1) -> bytes:
     """A JPEG without EXIF, XMP, IPTC, maker segments or comments; the compressed pixels copied unchanged
     (docs/METHODS.md §13.7). Kept: JFIF (APP0), an ICC profile (APP2 ``ICC_PROFILE``), Adobe (APP14), the
     tables, frames and scans; bytes after the end-of-image marker are dropped. An orientation other than 1 is
-    kept as a one-tag EXIF segment, so the image still displays upright."""
+    kept as a one-tag EXIF segment, so the image still displays upright; it follows the JFIF APP0 segment when
+    there is one (JFIF requires APP0 right after the start of image), else the start of image."""
     if data[:2] != b"\xff\xd8":
         raise InputFileError("not a JPEG (no start-of-image marker)")
     out = [b"\xff\xd8"]
-    if orientation not in (0, 1):
-        out.append(_jpeg_orientation_app1(orientation))
+    pending = _jpeg_orientation_app1(orientation) if orientation not in (0, 1) else None
     pos, n = 2, len(data)
     while pos < n:
         if data[pos] != 0xFF:
@@ -305,6 +317,9 @@ def strip_jpeg(data: bytes, *, orientation: int = 1) -> bytes:
             out.append(b"\xff\xd9")
             return b"".join(out)
         if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            if pending is not None:
+                out.append(pending)
+                pending = None
             out.append(bytes([0xFF, marker]))
             continue
         if pos + 2 > n:
@@ -315,7 +330,13 @@ def strip_jpeg(data: bytes, *, orientation: int = 1) -> bytes:
         keep = not (0xE0 <= marker <= 0xEF or marker == 0xFE)
         keep |= marker == JPEG_APP0 or marker == JPEG_APP14 or (marker == JPEG_APP2 and body.startswith(b"ICC_PROFILE\x00"))
         if keep:
+            if pending is not None and marker != JPEG_APP0:
+                out.append(pending)  # no JFIF segment first: the orientation right after the start of image
+                pending = None
             out.append(seg)
+            if pending is not None:
+                out.append(pending)  # after the JFIF APP0 segment
+                pending = None
         pos += length
         if marker == 0xDA:  # start of scan: copy the entropy-coded data up to the next real marker
             end = pos
@@ -334,12 +355,15 @@ def strip_jpeg(data: bytes, *, orientation: int = 1) -> bytes:
     raise InputFileError("corrupt JPEG: no end-of-image marker")
 
 
-def strip_png(data: bytes) -> bytes:
+def strip_png(data: bytes, *, orientation: int = 1) -> bytes:
     """A PNG without eXIf, tEXt, zTXt, iTXt and tIME chunks; every other chunk copied unchanged
-    (docs/METHODS.md §13.7). Bytes after IEND are dropped."""
+    (docs/METHODS.md §13.7). Bytes after IEND are dropped. An orientation other than 1 is kept as a one-tag
+    ``eXIf`` chunk right after IHDR (before the image data, as the PNG specification requires), as
+    :func:`strip_jpeg` does, so the image still displays upright."""
     if not data.startswith(PNG_SIGNATURE):
         raise InputFileError("not a PNG (no signature)")
     out = [PNG_SIGNATURE]
+    pending = _png_orientation_exif(orientation) if orientation not in (0, 1) else None
     pos = len(PNG_SIGNATURE)
     while pos + 8 <= len(data):
         length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
@@ -348,6 +372,9 @@ def strip_png(data: bytes) -> bytes:
             raise InputFileError("corrupt PNG: truncated chunk")
         if ctype not in PNG_DROP:
             out.append(data[pos:end])
+        if pending is not None and ctype == b"IHDR":
+            out.append(pending)
+            pending = None
         pos = end
         if ctype == b"IEND":
             return b"".join(out)
@@ -357,7 +384,8 @@ def strip_png(data: bytes) -> bytes:
 def strip_metadata(src: str | Path, dst: str | Path) -> str:
     """Write a copy of an image without EXIF (GPS included), XMP, IPTC or comments (docs/METHODS.md §13.7).
 
-    JPEG and PNG: byte-wise (:func:`strip_jpeg`, :func:`strip_png`), pixels identical. Other formats: decoded
+    JPEG and PNG: byte-wise (:func:`strip_jpeg`, :func:`strip_png`), pixels identical, an orientation other
+    than 1 kept as a one-tag EXIF block. Other formats: decoded
     and written again (:func:`fairvision.vision.phash.reencode_without_metadata`). An ICC profile is kept.
     The copy is written atomically. Returns how: ``"jpeg segments"``, ``"png chunks"`` or a re-encoding note.
     """
@@ -371,7 +399,7 @@ def strip_metadata(src: str | Path, dst: str | Path) -> str:
             orientation = int(inspect_orientation(src))
             clean, how = strip_jpeg(data, orientation=orientation), "jpeg segments"
         elif data.startswith(PNG_SIGNATURE):
-            clean, how = strip_png(data), "png chunks"
+            clean, how = strip_png(data, orientation=int(inspect_orientation(src))), "png chunks"
         else:
             clean, how = reencode_without_metadata(data)
     except InputFileError as exc:
@@ -389,13 +417,20 @@ def inspect_orientation(path: str | Path) -> int:
 
 
 def strip_all(images: pd.DataFrame, outdir: str | Path) -> pd.DataFrame:
-    """Strip the metadata of every readable image into ``outdir`` (same file names; ``sample_id`` stems when two
-    names clash). Returns ``sample_id``, ``source``, ``stripped_path``, ``method``."""
+    """Strip the metadata of every readable image into ``outdir`` (same file names; when a name is taken, the
+    ``sample_id`` as the stem, numbered ``-2``, ``-3`` ... while that is taken too, so no copy overwrites another).
+    Returns ``sample_id``, ``source``, ``stripped_path``, ``method``."""
     outdir = Path(outdir)
     rows, used = [], set()
     for r in images.loc[images["readable"], [SAMPLE_ID, IMAGE_PATH]].itertuples(index=False):
         src = Path(r[1])
-        name = src.name if src.name not in used else f"{r[0]}{src.suffix}".replace("/", "_")
+        name = src.name
+        if name in used:
+            stem = str(r[0]).replace("/", "_").replace("\\", "_")
+            name, k = f"{stem}{src.suffix}", 1
+            while name in used:  # the sample id's name may be taken too: number it until free
+                k += 1
+                name = f"{stem}-{k}{src.suffix}"
         used.add(name)
         how = strip_metadata(src, outdir / name)
         rows.append({SAMPLE_ID: r[0], "source": str(src), "stripped_path": str(outdir / name), "method": how})

@@ -542,6 +542,9 @@ class WithdrawalPlan:
     groups: pd.DataFrame | None
     log_path: Path
     previous: list[dict]                # earlier log entries of these subjects
+    #: SHA-256 of every file read for the plan (the samples table and every scanned derived file, changed or
+    #: not), re-checked by :func:`apply_withdrawal`: a file that gained a row of the subject meanwhile is caught
+    checked: dict[Path, str] = field(default_factory=dict)
 
     @property
     def nothing_to_do(self) -> bool:
@@ -710,6 +713,7 @@ def plan_withdrawal(
 
     files: list[FileChange] = []
     samples_bytes = samples.read_bytes()
+    checked = {samples: _sha256(samples_bytes)}
     add = []
     if replace and replacement is not None and len(replacement.chosen):
         add = _records_for(raw, data, replacement, samples)
@@ -729,6 +733,7 @@ def plan_withdrawal(
         seen.add(d.resolve())
         scanned.append(d)
         b = d.read_bytes()
+        checked[d] = _sha256(b)
         if _is_coco(d, b):
             new, counts = coco_rewrite(d, b, sid_set, image_abs, wanted, roots=[samples.parent])
             if new is not None:
@@ -778,7 +783,7 @@ def plan_withdrawal(
                               f"the store, and no earlier withdrawal in {log_path})")
     return WithdrawalPlan(samples, subjects, sample_ids, files, scanned, images, bool(delete_images),
                           None if store is None else store.root, store_rows, replacement, groups, log_path,
-                          previous)
+                          previous, checked)
 
 
 def _records_for(raw: pd.DataFrame, data: pd.DataFrame, rep: Replacement, samples: Path) -> list[dict]:
@@ -951,8 +956,9 @@ def _recover_locked(samples: Path) -> str | None:
 def apply_withdrawal(plan: WithdrawalPlan, *, operator: str | None = None, hash_subject: bool = False) -> dict | None:
     """Commit a plan all or nothing (docs/METHODS.md §13.5) and append its audit-log line.
 
-    Under the dataset lock: a leftover journal is finished first; every file must still have the content the
-    plan was made from (else a one-line error asks to plan again); the new versions are written beside their
+    Under the dataset lock: a leftover journal is finished first; every file the plan read (the samples table
+    and every scanned derived file, changed by the plan or not) must still have the content the plan was made
+    from (else a one-line error asks to plan again); the new versions are written beside their
     files, the journal is committed, then renames, image deletions, the store's ``forget`` and the log line
     follow. Returns the log entry, or None when the plan changes nothing (nothing is logged: a second run is a
     no-op).
@@ -962,13 +968,14 @@ def apply_withdrawal(plan: WithdrawalPlan, *, operator: str | None = None, hash_
     samples = plan.samples_path
     with dataset_lock(samples):
         _recover_locked(samples)
-        for f in plan.files:
+        expected = {**plan.checked, **{f.path: f.sha256_before for f in plan.files}}
+        for path, before in expected.items():  # every file read for the plan, not only those it changes
             try:
-                current = _sha256(f.path.read_bytes())
+                current = _sha256(Path(path).read_bytes())
             except OSError:
                 current = None
-            if current != f.sha256_before:
-                raise InputFileError(f"{f.path}: changed since the withdrawal was planned; run it again")
+            if current != before:
+                raise InputFileError(f"{path}: changed since the withdrawal was planned; run it again")
         entry = plan.log_entry(operator=operator, hash_subject=hash_subject)
         token = entry["withdrawal_id"][:12]
         absolute = lambda p: os.path.abspath(p)  # noqa: E731 - the journal may be finished from another folder

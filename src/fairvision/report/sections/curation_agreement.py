@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.audits.gates import describe
-from fairvision.groups import group_label
 from fairvision.report import Section
-from fairvision.report.findings import ci_text, group_text, num, p_text
+from fairvision.report.findings import ci_text, group_text, num
 
 
 def _group_tables(sec: Section, res, label: str, attr_names) -> None:
@@ -31,8 +30,9 @@ def agreement_section(result, *, conditions: list[dict] | None = None) -> Sectio
         "Agreement between independent annotations of the same images (FHIBE Methods; docs/METHODS.md §13.4): "
         f"annotations of each pair of annotators are matched one-to-one by box IoU (at least {result.min_iou}); "
         "matched pairs are scored by box IoU, object keypoint similarity (OKS), mask Dice and the Jaccard index of "
-        "categorical attributes. Means carry subject-bootstrap CIs; groups are compared with Mann-Whitney tests "
-        f"({result.correction} correction). Krippendorff's alpha (nominal) summarises each categorical attribute."))
+        "categorical attributes. Means carry subject-bootstrap CIs; vendor pairs and groups of subjects are compared "
+        f"with Mann-Whitney tests ({result.correction} correction); annotators are described, not tested, since "
+        "every match belongs to two annotators. Krippendorff's alpha (nominal) summarises each categorical attribute."))
     overview = {"images": result.n_images, "annotations": result.n_annotations, "annotators": len(result.annotators),
                 "vendors": len(result.vendors), "match rate": q.get("match_rate")}
     overview.update({f"mean {m}": q.get(f"mean_{m}") for m in result.measures})
@@ -47,6 +47,12 @@ def agreement_section(result, *, conditions: list[dict] | None = None) -> Sectio
     if len(result.alpha):
         sec.table("alpha", result.alpha, "Krippendorff's alpha (nominal) per categorical attribute, overall and "
                   "within each vendor; units are the matched annotations of one object")
+        n_drop = result.alpha["n_units_dropped"] if "n_units_dropped" in result.alpha.columns else None
+        if n_drop is not None and (n_drop > 0).any():
+            worst = result.alpha.loc[n_drop.idxmax()]
+            sec.note(f"Krippendorff's alpha left out up to {int(n_drop.max())} unit(s) (attribute {worst['attribute']}, "
+                     f"vendor {worst['vendor']}) where a chain of matches joins two annotations of one annotator: such "
+                     "a unit has no single value per annotator", "warning")
         for _, r in result.alpha[result.alpha["vendor"] == "all"].iterrows():
             if np.isfinite(r["estimate"]) and r["estimate"] < 0.667:
                 sec.finding(f"Attribute {r['attribute']}: Krippendorff's alpha {num(r['estimate'])}"
@@ -66,21 +72,17 @@ def agreement_section(result, *, conditions: list[dict] | None = None) -> Sectio
         if not (summ["n_significant"] > 0).any():
             sec.finding("No group is annotated significantly less consistently than another", "info",
                         target="overview", quantity="group.significant_pairs", value=0)
-    if result.by_annotator is not None:
-        for m in result.measures:
-            t = result.by_annotator.groups.get((m, "annotator"))
-            if t is not None and t["mean"].notna().any():
-                lo = t["mean"].idxmin()
-                sec.note(f"Lowest mean {m}: annotator {group_label(lo)} ({num(t.loc[lo, 'mean'], 3)}"
-                         f"{ci_text(t.loc[lo, 'ci_low'], t.loc[lo, 'ci_high'], lambda v: num(v, 3))}) against the others.")
-        pws = [pw for pw in result.by_annotator.pairwise.values() if len(pw)]
-        n_sig = sum(int(pw["significant"].sum()) for pw in pws)
-        if n_sig:
-            best = min((pw.loc[pw["pvalue_adjusted"].idxmin()] for pw in pws), key=lambda r: r["pvalue_adjusted"])
-            sec.finding(f"{n_sig} pairs of annotators differ significantly in their agreement with the others "
-                        f"(e.g. {best['group_a']} vs {best['group_b']}, {p_text(best['pvalue_adjusted'])})", "medium",
-                        target="overview", quantity="annotator_significant_pairs", value=n_sig)
-    _group_tables(sec, result.by_annotator, "annotator", ["annotator"])
+    if result.by_annotator is not None and len(result.by_annotator):
+        ba = result.by_annotator
+        sec.table("by_annotator", ba, f"Mean agreement of each annotator with the others ({int(ba['level'].iat[0] * 100)}% "
+                  "subject-bootstrap CI), every match counted for both of its annotators. Descriptive: two annotators' "
+                  "matches overlap, so annotators are not tested against each other (compare annotator pairs, "
+                  "whose matches are disjoint, in the table above)")
+        for m, t in ba.groupby("measure", sort=False):
+            if t["mean"].notna().any():
+                r = t.loc[t["mean"].idxmin()]
+                sec.note(f"Lowest mean {m}: annotator {r['annotator']} ({num(r['mean'], 3)}"
+                         f"{ci_text(r['ci_low'], r['ci_high'], lambda v: num(v, 3))}) against the others.")
     _group_tables(sec, result.by_vendor, "vendor", ["vendor_pair"])
     _group_tables(sec, result.by_group, "group", result.attributes)
     return sec
