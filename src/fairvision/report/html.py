@@ -102,6 +102,11 @@ def _numeric_columns(df: pd.DataFrame) -> list[bool]:
     return out
 
 
+def _meta_value(v):
+    """A header value as a reader writes it: yes/no rather than Python's True/False."""
+    return ("yes" if v else "no") if isinstance(v, (bool, np.bool_)) else v
+
+
 def render_table(df: pd.DataFrame, caption: str | None, max_rows: int | None, highlight: str | None,
                  anchor: str | None = None) -> str:
     """One table: numeric columns (and their headers) right-aligned, sortable by a click on a header.
@@ -110,6 +115,10 @@ def render_table(df: pd.DataFrame, caption: str | None, max_rows: int | None, hi
     and a button to show the rest); printed, every table is shown whole.
     """
     flat = flat_frame(df)
+    if max_rows == 0:  # a data-only table: say where it is rather than draw an empty header
+        ident = f' id="{_esc(anchor)}"' if anchor else ""
+        what = f"{_esc(caption)}: " if caption else ""
+        return f'<p class="more"{ident}>{what}{len(flat):,} rows, in the JSON and Parquet files (not shown here).</p>'
     shown = flat if max_rows is None else flat.head(max_rows)
     collapse = len(shown) > COLLAPSE_ROWS
     ident = f' id="{_esc(anchor)}"' if anchor else ""
@@ -203,7 +212,8 @@ def render_html(report: Any) -> str:
     -------
     str
     """
-    meta_rows = "".join(f"<p><b>{_esc(k)}:</b> {_esc(v)}</p>" for k, v in report.meta.items() if not isinstance(v, (dict, list)))
+    meta_rows = "".join(f"<p><b>{_esc(k)}:</b> {_esc(_meta_value(v))}</p>" for k, v in report.meta.items()
+                        if v is not None and not isinstance(v, (dict, list)))  # None: the option was not used
     findings = report.findings() if callable(getattr(report, "findings", None)) else []
     nav = '<a href="#findings">Findings</a>' + "".join(f'<a href="#{_esc(slug(s.id))}">{_esc(s.title)}</a>' for s in report.sections)
     body = [render_findings(findings, {s.id: s.title for s in report.sections})]

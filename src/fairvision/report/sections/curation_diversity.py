@@ -43,11 +43,21 @@ def diversity_section(result, *, conditions: list[dict] | None = None,
                                    for v, a, g in zip(plot["variant"], plot["attribute"], plot["group"])])
         frame = frame.set_index("label")
         size = int(plot["rarefy_size"].iloc[0])
+        # the yardstick of the flag (random sets of as many subjects from the whole dataset): drawn when there is
+        # one variant, so one line and band (each variant has its own)
+        ref = s[(s["attribute"] == "(all)") & s["rarefied"].notna()]
+        one = len(ref) == 1 and set(plot["variant"]) == set(ref["variant"])
+        r = ref.iloc[0] if one else None
+        band = ((float(r["rarefied_low"]), float(r["rarefied_high"]))
+                if one and np.isfinite([r["rarefied_low"], r["rarefied_high"]]).all() else None)
         fig = plots.forest(frame, estimate="rarefied", low="rarefied_low", high="rarefied_high", flag="low_diversity",
-                           title=f"Vendi score at {size} subjects per group", xlabel="rarefied Vendi score")
+                           title=f"Vendi score at {size} subjects per group", xlabel="rarefied Vendi score",
+                           reference=float(r["rarefied"]) if one else None, band=band)
+        whole = (f" The dashed line and the shaded band: the mean and the middle {pct}% of random sets of {size} "
+                 "subjects from the whole dataset." if one else "")
         sec.figure("rarefied vendi", fig, f"Mean Vendi score of random subsets of {size} subjects (one image each) "
                    f"per group and variant, with the middle {pct}% of the subsets; groups flagged as low in diversity in the "
-                   "second colour.",
+                   f"second colour.{whole}",
                    data=plot[["variant", "attribute", "group", "rarefied", "rarefied_low", "rarefied_high"]]
                    .to_dict(orient="list"))
     sec.table("scores", s, "Vendi score per variant and group: all images with a subject-bootstrap interval, per "

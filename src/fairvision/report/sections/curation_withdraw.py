@@ -44,7 +44,14 @@ def withdraw_section(plan, *, applied: bool, title: str = "Consent withdrawal") 
         sec.table("groups", g, "Images per group before the withdrawal, after removal and after replacement.")
         worst = g["change"].abs().idxmax()
         size = int(g["change"].abs().max())
-        sec.finding(f"After replacement the largest change of a group's image count is {size} "
-                    f"({group_label(worst)}: {int(g.loc[worst, 'before'])} -> {int(g.loc[worst, 'after_replacement'])})",
-                    "info" if size <= 1 else "medium", target="groups", quantity="max_group_change", value=size)
+        if size == 0:  # naming an arbitrary group "1 -> 1" would suggest it was the one that moved
+            names = ", ".join(str(n) for n in g.index.names if n is not None)
+            sentence = (f"After replacement every group{f' ({names})' if names else ''} has as many images as "
+                        "before the withdrawal")
+        else:
+            sentence = (f"After replacement the largest change of a group's image count is {size} "
+                        f"({group_label(worst)}: {int(g.loc[worst, 'before'])} -> "
+                        f"{int(g.loc[worst, 'after_replacement'])})")
+        sec.finding(sentence, "info" if size <= 1 else "medium", target="groups", quantity="max_group_change",
+                    value=size)
     return sec
