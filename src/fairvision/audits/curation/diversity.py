@@ -349,7 +349,7 @@ def _aligned(embeddings, data: pd.DataFrame) -> np.ndarray:
 # --------------------------------------------------------------------------- scores
 
 
-def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, variants=VARIANTS,
+def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, variants=None,
                     embedder: str = "efficientnet", masks_dir=None, box_cols=None, store: ResultsStore | None = None,
                     subject_col: str | None = "subject_id", schema=None, n_boot: int = 1000, n_draws: int = 100,
                     rarefy_size: int | None = None, min_subjects: int = 10, n_null: int = 1000,
@@ -368,7 +368,8 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
     embeddings : path, array or DataFrame, optional
         Precomputed whole-image embeddings with sample ids (:func:`fairvision.io.embeddings.read_embeddings`);
         skips the model, and only the ``whole`` variant can be scored.
-    variants : sequence of {"whole", "scene", "subject"}
+    variants : sequence of {"whole", "scene", "subject"}, optional
+        Default: all three, or ``whole`` with ``embeddings``.
     embedder : {"efficientnet", "dlib-face"}
     masks_dir, box_cols
         Person masks (see :func:`embed_variants`).
@@ -401,7 +402,7 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
     """
     data = data.reset_index(drop=True)
     source = data.attrs.get("source", "samples")
-    variants = check_variants(variants)
+    variants = check_variants(variants if variants is not None else ("whole",) if embeddings is not None else VARIANTS)
     if len(data) == 0:
         raise FairvisionError(f"{source}: no samples")
     if SAMPLE_ID not in data.columns:
@@ -417,7 +418,7 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
     clusters = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
     groups = memberships(data, attrs, schema, source=source)  # checks the attribute columns before any work
     if embeddings is not None:
-        if variants != ("whole",) and set(variants) != set(VARIANTS):
+        if variants != ("whole",):
             raise FairvisionError("supplied embeddings are of the whole images: only the 'whole' variant can be "
                                   "scored (leave out --embeddings to embed the scene and subject variants)")
         variants = ("whole",)
