@@ -91,7 +91,8 @@ def diversity_cmd(
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=title or f"Diversity: {samples.name}", subtitle="fairvision curate diversity",
                     meta={"samples": str(samples), "embeddings": str(embeddings) if embeddings else result.embedder,
-                          "variants": ", ".join(result.variants), "masks": str(masks_dir) if masks_dir else
+                          "variants": ", ".join(result.variants),
+                          "masks": None if set(result.variants) == {"whole"} else str(masks_dir) if masks_dir else
                           (f"boxes {box_cols}" if box_cols else "mediapipe selfie segmentation"),
                           "n_boot": n_boot, "n_draws": n_draws, "n_null": n_null, "correction": correction,
                           "alpha": alpha, "seed": seed,
