@@ -324,3 +324,121 @@ def test_cli_intersections_and_min_subjects(tmp_path, capsys):
     small = rates[rates["n_subjects"] < 25]
     assert len(small) and small["too_small"].all() and small["pvalue"].isna().all()
     assert rates.loc[rates["n_subjects"] >= 25, "pvalue"].notna().all()
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def test_intersection_error_rate_gate_uses_plus_names(tmp_path, capsys):
+    data, img, tdf, _, _ = planted(shift=1.0, seed=2)
+    data["age"] = np.where(data["subject_id"] % 4 < 2, "young", "old")
+    res = audit_vlm(data, img, tdf, ["group", "age"], true_col="truth", max_k=2, n_boot=30)
+    q = res.quantities()
+    sel = (data["group"] == "B") & (data["age"] == "young")
+    pred = res.predictions.set_index("sample_id").loc[data["sample_id"], "predicted"].to_numpy()
+    expected = (pred[sel.to_numpy()] != data.loc[sel, "truth"].to_numpy()).mean()
+    assert q["error_rate.group+age.B+young"] == pytest.approx(expected)
+    assert not any(" × " in k for k in q)
+    args = write_inputs(tmp_path)
+    pd.read_csv(tmp_path / "samples.csv").assign(age=data["age"]).to_csv(tmp_path / "samples.csv", index=False)
+    rc = main(args + ["-a", "age", "--max-k", "2", "--true-col", "truth", "--fail-if", "error_rate.group+age.B+young>0"])
+    assert rc == 1, capsys.readouterr().err
+
+
+def test_duplicate_sample_id_is_one_line(tmp_path, capsys):
+    data, img, tdf, _, _ = planted(seed=1)
+    data.loc[5, "sample_id"] = data.loc[4, "sample_id"]
+    with pytest.raises(FairvisionError, match=r"row 6: sample_id 'img4' appears twice"):
+        audit_vlm(data, img, tdf, ["group"], n_boot=10)
+
+
+@pytest.mark.parametrize("rule", ["drop", "keep"])
+def test_missing_rule_drop_and_keep(tmp_path, capsys, rule):
+    data, img, tdf, x, _ = planted(shift=1.0, seed=5)
+    data["group"] = data["group"].astype(object)
+    blank = np.arange(len(data)) % 10 == 3  # 30 images with no group
+    data.loc[blank, "group"] = None
+    with pytest.raises(FairvisionError, match=r"row 4: column 'group' is empty \(30 empty cells; use --missing drop"):
+        audit_vlm(data, img, tdf, ["group"], n_boot=10)
+    res = audit_vlm(data, img, tdf, ["group"], missing=rule, n_boot=10, min_subjects=1)
+    r = res.rates[res.rates["quantity"] == "unspecified"].set_index("group")
+    pred = res.predictions.set_index("sample_id")["predicted"]
+    ids = data["sample_id"].to_numpy()
+    if rule == "drop":
+        assert set(r.index) == {"A", "B"} and len(res.predictions) == 270 and res.meta["n_dropped"] == 30
+        kept = ~blank
+        a = kept & (data["group"] == "A").to_numpy()
+        # the rest of A is B alone (the dropped rows are in neither)
+        rest = kept & (data["group"] == "B").to_numpy()
+        assert r.loc["A", "rest"] == pytest.approx((pred[ids[rest]] == "unspecified").mean())
+        assert r.loc["A", "estimate"] == pytest.approx((pred[ids[a]] == "unspecified").mean())
+    else:
+        assert set(r.index) == {"A", "B", "(missing)"} and len(res.predictions) == 300
+        assert r.loc["(missing)", "n_samples"] == 30
+        assert r.loc["(missing)", "estimate"] == pytest.approx((pred[ids[blank]] == "unspecified").mean())
+    # the CLI option
+    args = write_inputs(tmp_path)
+    data.to_csv(tmp_path / "samples.csv", index=False)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--missing" in err
+    assert main(args + ["--missing", rule]) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["meta"]["missing"] == rule
+
+
+def test_object_typed_npz_is_one_line(tmp_path, capsys):
+    args = write_inputs(tmp_path)
+    data, _, tdf, x, text = planted(shift=1.5, seed=1)
+    # ids from a pandas column are an object array: np.savez pickles it
+    np.savez(tmp_path / "images.npz", embeddings=x, ids=data["sample_id"].to_numpy())
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "images.npz" in err and "'ids'" in err and ".astype(str)" in err
+    np.savez(tmp_path / "text.npz", embeddings=text, labels=tdf["label"].to_numpy())
+    with pytest.raises(FairvisionError, match=r"text\.npz: array 'labels' holds Python objects.*astype\(str\)"):
+        read_text_embeddings(tmp_path / "text.npz")
+    np.savez(tmp_path / "text.npz", embeddings=text, labels=tdf["label"].to_numpy().astype(str))
+    assert read_text_embeddings(tmp_path / "text.npz")[1] == tdf["label"].tolist()
+
+
+def test_constant_quantity_is_left_untested():
+    # 'woman' is never predicted when every image lies on the 'man' axis: its rate is 0 everywhere
+    data, img, tdf, x, _ = planted(seed=6)
+    axes = np.eye(D)[:3] * 4.0
+    img = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(axes[0] + 0.1 * x)})
+    res = audit_vlm(data, img, tdf, ["group"], n_boot=20)
+    r = res.rates.set_index(["group", "quantity"])
+    assert (res.predictions["predicted"] != "woman").all()
+    assert r.loc[("A", "woman"), "estimate"] == 0 and np.isnan(r.loc[("A", "woman"), "pvalue"])
+    assert np.isnan(r.loc[("A", "woman"), "pvalue_adjusted"])
+    tested = r["pvalue"].notna()
+    assert not tested.loc[(slice(None), "woman")].any()
+
+
+def test_nan_quantity_gate_is_an_error_not_a_pass(tmp_path, capsys):
+    data, img, tdf, _, _ = planted(seed=1, n_subjects=12)
+    res = audit_vlm(data, img, tdf, ["group"], n_boot=10)  # 6 subjects a group: too small to judge
+    q = res.quantities()
+    assert np.isnan(q["max_gap"]) and np.isnan(q["max_unspecified_gap"])
+    from fairvision.audits.gates import evaluate_conditions
+    with pytest.raises(FairvisionError, match="max_gap is not defined for this input"):
+        evaluate_conditions(["max_gap>0.1"], q, nan="error")
+    args = write_inputs(tmp_path)
+    rc = main(args + ["--min-subjects", "1000", "--fail-if", "max_unspecified_gap>0.1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "NaN" in err
+
+
+def test_combined_text_embeddings_filtered_by_probe(tmp_path, capsys):
+    data, img, tdf, _, _ = planted(shift=1.5, seed=1)
+    other = tdf.copy()
+    other["label"] = np.repeat(["indoor", "outdoor", "unspecified"], 4)
+    both = pd.concat([tdf.assign(probe="gender"), other.assign(probe="indoor_outdoor")], ignore_index=True)
+    x, labels, _ = read_text_embeddings(both, "gender")
+    assert labels == tdf["label"].tolist() and np.allclose(x, tdf.filter(regex=r"^e\d+$").to_numpy())
+    with pytest.raises(FairvisionError, match="several probes.*--probe"):
+        read_text_embeddings(both)
+    res = audit_vlm(data, img, both, ["group"], probe="gender", n_boot=10)
+    ref = audit_vlm(data, img, tdf, ["group"], n_boot=10)
+    assert res.probe == "gender"
+    pd.testing.assert_frame_equal(res.predictions, ref.predictions)

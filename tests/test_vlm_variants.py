@@ -284,3 +284,71 @@ def test_cli_compare_writes_a_report_folder(tmp_path, capsys):
     assert main(args + ["--fail-if", "change.g1.B.unspecified>0.1"]) == 1
     assert "fail-if" in capsys.readouterr().err
     assert main(args + ["--fail-if", "nonsense>1"]) == 2
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+@pytest.mark.parametrize("bad", ["../evil", "a/b", "..", "a\\b", ""])
+def test_write_variants_refuses_ids_that_name_files_elsewhere(tmp_path, bad):
+    img, mask = synthetic()
+    write_png(tmp_path / "a.png", img)
+    (tmp_path / "work").mkdir()
+    data = pd.DataFrame({"sample_id": ["ok", bad], "image_path": [str(tmp_path / "a.png")] * 2,
+                         "x0": [20] * 2, "y0": [10] * 2, "x1": [45] * 2, "y1": [30] * 2})
+    data.attrs["source"] = "s.csv"
+    with pytest.raises(FairvisionError, match=r"s\.csv: row 2: sample_id .* cannot name a variant file"):
+        write_variants(data, tmp_path / "work" / "out", box_cols=("x0", "y0", "x1", "y1"))
+    # nothing written anywhere: not outside the output folder, not in it
+    assert sorted(p.name for p in tmp_path.rglob("*.png")) == ["a.png"]
+    assert not (tmp_path / "work" / "out").exists()
+
+
+def test_write_variants_plain_ids_stay_inside(tmp_path):
+    img, mask = synthetic()
+    write_png(tmp_path / "a.png", img)
+    data = pd.DataFrame({"sample_id": ["x.1", "y..z"], "image_path": [str(tmp_path / "a.png")] * 2,
+                         "x0": [20] * 2, "y0": [10] * 2, "x1": [45] * 2, "y1": [30] * 2})
+    table = write_variants(data, tmp_path / "out", box_cols=("x0", "y0", "x1", "y1"), variants=("original",))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["variants.csv", "x.1__original.png",
+                                                                    "y..z__original.png"]
+    assert all(Path(p).parent == (tmp_path / "out").resolve() for p in table["image_path"])
+
+
+def test_compare_duplicate_sample_id_is_one_line():
+    data = pd.DataFrame({"sample_id": ["a", "b", "a"], "g": ["A", "B", "A"]})
+    p = pd.DataFrame({"sample_id": ["a", "b"], "predicted": ["man", "woman"]})
+    data.attrs["source"] = "s.csv"
+    with pytest.raises(FairvisionError, match=r"s\.csv: row 3: sample_id 'a' appears twice"):
+        compare_variants(data, p, p, ["g"], n_boot=10)
+
+
+@pytest.mark.parametrize("rule", ["drop", "keep"])
+def test_compare_missing_rule(tmp_path, capsys, rule):
+    ids = [f"s{i}" for i in range(16)]
+    g = ["A"] * 4 + ["B"] * 10 + [None, None]
+    data = pd.DataFrame({"sample_id": ids, "g": g})
+    first = pd.DataFrame({"sample_id": ids, "predicted": ["man"] * 16})
+    second = pd.DataFrame({"sample_id": ids, "predicted": ["man"] * 4 + ["unspecified"] * 10 + ["woman"] * 2})
+    with pytest.raises(FairvisionError, match=r"row 15: column 'g' is empty"):
+        compare_variants(data, first, second, ["g"], n_boot=10)
+    res = compare_variants(data, first, second, ["g"], missing=rule, n_boot=20, min_subjects=1)
+    c = res.changes.set_index(["group", "label"])
+    if rule == "drop":
+        assert set(c.index.get_level_values(0)) == {"A", "B"} and "woman" not in res.labels
+        assert res.meta["n_samples"] == 14 and res.meta["n_dropped"] == 2
+    else:
+        assert c.loc[("(missing)", "woman"), "estimate"] == 1.0 and c.loc[("(missing)", "man"), "estimate"] == -1.0
+        assert c.loc[("(missing)", "man"), "n_samples"] == 2
+    assert c.loc[("B", "unspecified"), "estimate"] == 1.0
+    data.to_csv(tmp_path / "s.csv", index=False)
+    first.to_parquet(tmp_path / "p1.parquet")
+    second.to_parquet(tmp_path / "p2.parquet")
+    args = ["audit", "vlm", "compare", "--samples", str(tmp_path / "s.csv"), "--first", str(tmp_path / "p1.parquet"),
+            "--second", str(tmp_path / "p2.parquet"), "-a", "g", "-o", str(tmp_path / "changes.csv"), "--n-boot", "20"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--missing drop" in err
+    assert main(args + ["--missing", rule]) == 0
+    ch = pd.read_csv(tmp_path / "changes.csv", keep_default_na=False)
+    assert ("(missing)" in set(ch["group"])) == (rule == "keep")

@@ -498,3 +498,230 @@ def test_cli_intersections_and_min_subjects(tmp_path, capsys):
     assert "too small" in json.dumps(doc)
     assert main(["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "g1", "--answers",
                  str(tmp_path / "a.parquet"), "--min-subjects", "0", "-o", str(tmp_path / "o2")]) == 2
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+class _RawServer:
+    """A TCP server on 127.0.0.1 that answers every connection with fixed bytes and closes it."""
+
+    def __init__(self, reply: bytes):
+        self.reply, self.n = reply, 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                buf = b""
+                try:  # read the request head and body before replying
+                    while b"\r\n\r\n" not in buf:
+                        buf += conn.recv(65536)
+                    head, body = buf.split(b"\r\n\r\n", 1)
+                    length = int([ln.split(b":")[1] for ln in head.split(b"\r\n")
+                                  if ln.lower().startswith(b"content-length")][0])
+                    while len(body) < length:
+                        body += conn.recv(65536)
+                except (OSError, IndexError, ValueError):
+                    pass
+                self.n += 1
+                conn.sendall(self.reply)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reply,match,tries", [
+    (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"choices\"",
+     r"reply cut short after 10 bytes \(after 3 tries\)", 3),
+    (b"", r"closed the connection without replying \(after 3 tries\)", 3),
+    (b"SSH-2.0-OpenSSH_9.6 garbage instead of HTTP\r\n\r\n", r"not a valid HTTP reply \(BadStatusLine", 1),
+])
+def test_http_adapter_broken_replies_are_one_line(faces, reply, match, tries):
+    srv = _RawServer(reply)
+    try:
+        vqa = OpenAIChatVQA(f"http://127.0.0.1:{srv.port}", "m", backoff=0.001, retries=2, timeout=5)
+        with pytest.raises(FairvisionError, match=match) as err:
+            vqa.answer(faces["image_path"].iloc[0], "Why?")
+        assert "\n" not in str(err.value) and srv.n == tries
+    finally:
+        srv.close()
+
+
+def test_cli_broken_server_and_bad_timeout_exit_2(faces, tmp_path, capsys):
+    faces.iloc[:2].to_csv(tmp_path / "s.csv", index=False)
+    srv = _RawServer(b"garbage\r\n\r\n")
+    base = ["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "group", "--backend", "http",
+            "--url", f"http://127.0.0.1:{srv.port}", "--model", "m", "-o", str(tmp_path / "out"), "--no-store"]
+    try:
+        assert main(base) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "not a valid HTTP reply" in err
+        for bad in ("-1", "0"):
+            assert main(base + ["--timeout", bad]) == 2
+            err = capsys.readouterr().err.strip()
+            assert "\n" not in err and "--timeout must be a positive" in err
+    finally:
+        srv.close()
+    with pytest.raises(FairvisionError, match="--timeout"):
+        OpenAIChatVQA("http://127.0.0.1:1", "m", timeout=0)
+
+
+def test_two_lambdas_do_not_share_stored_answers(faces, tmp_path):
+    small = faces.iloc[:2]
+    store = ResultsStore(tmp_path / "store")
+    yes, no = (lambda img, q: "yes"), (lambda img, q: "no")
+    a = audit_vqa(small, yes, QS, ["group"], store=store, n_boot=10)
+    b = audit_vqa(small, no, QS, ["group"], store=store, n_boot=10)
+    assert set(a.answers["answer"]) == {"yes"} and set(b.answers["answer"]) == {"no"}
+    assert b.meta["n_called"] == 18 and b.meta["n_from_store"] == 0
+
+    def factory(word):
+        return lambda img, q: word
+    c1 = audit_vqa(small, factory("cat"), QS, ["group"], store=store, n_boot=10)
+    c2 = audit_vqa(small, factory("dog"), QS, ["group"], store=store, n_boot=10)
+    assert set(c1.answers["answer"]) == {"cat"} and set(c2.answers["answer"]) == {"dog"}
+    # the same function again reads the store
+    again = audit_vqa(small, factory("dog"), QS, ["group"], store=store, n_boot=10)
+    assert again.meta["n_called"] == 0 and set(again.answers["answer"]) == {"dog"}
+    # a nested function whose own code differs changes the identity too
+    def outer_a(img, q):
+        return (lambda: "a")()
+
+    def outer_b(img, q):
+        return (lambda: "b")()
+    assert CallableVQA(outer_a).signature.split("#")[1] != CallableVQA(outer_b).signature.split("#")[1]
+    assert CallableVQA(outer_a).signature == CallableVQA(outer_a).signature
+    # captured arrays count by all their values (their repr elides the middle)
+    x = np.zeros(5000)
+    y = x.copy()
+    y[2500] = 1
+    assert CallableVQA(factory(x)).signature != CallableVQA(factory(y)).signature
+    assert CallableVQA(factory(x)).signature == CallableVQA(factory(x.copy())).signature
+
+
+def test_unidentifiable_callable_needs_a_name_for_the_store(faces, tmp_path):
+    class Model:
+        def __call__(self, img, q):
+            return "ok"
+    small = faces.iloc[:2]
+    with pytest.raises(FairvisionError, match=r"cannot identify the function reliably.*name="):
+        audit_vqa(small, Model(), QS, ["group"], store=tmp_path / "store", n_boot=10)
+    obj = object()
+    with pytest.raises(FairvisionError, match="name="):
+        audit_vqa(small, lambda img, q, o=obj: "ok", QS, ["group"], store=tmp_path / "store", n_boot=10)
+    assert audit_vqa(small, Model(), QS, ["group"], n_boot=10).meta["n_called"] == 18  # no store: fine
+    res = audit_vqa(small, CallableVQA(Model(), name="model-v1"), QS, ["group"], store=tmp_path / "store", n_boot=10)
+    assert res.meta["n_called"] == 18
+
+
+def test_empty_toxic_list_is_an_error_and_hyphens(faces):
+    with pytest.raises(FairvisionError, match="toxic keyword list is empty"):
+        toxic_pattern([])
+    with pytest.raises(FairvisionError, match="toxic keyword list is empty"):
+        audit_vqa(faces.iloc[:2], lambda i, q: "", QS, ["group"], toxic_words=[], n_boot=10)
+    p = toxic_pattern(["drug dealer", "violent"])
+    assert p.search("a drug-dealer") and p.search("drug - dealer") and p.search("drug \n dealer")
+    assert not p.search("a non-violent protest") and not p.search("anti-violent")
+    assert p.search("violent.") and p.search("a violent-looking man") and not p.search("violently")
+
+
+def test_http_adapter_downscales_sniffs_the_type_and_reuses_the_data_url(server, faces, tmp_path):
+    from PIL import Image
+    from fairvision.vision.vqa import image_data_url, sniff_mime
+    src = faces["image_path"].iloc[0]
+    disguised = tmp_path / "photo.png"  # JPEG bytes under a .png name
+    disguised.write_bytes(Path(src).read_bytes())
+    url = image_data_url(disguised)
+    assert url.startswith("data:image/jpeg;base64,")
+    assert sniff_mime(Path(src).read_bytes()) == "image/jpeg" and sniff_mime(b"BM....") is None
+    big = tmp_path / "big.jpg"
+    Image.fromarray(np.repeat(np.repeat(np.asarray(Image.open(src).convert("RGB")), 5, 0), 5, 1)).save(big)
+    assert Image.open(big).size[0] > 1024
+    vqa = OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m")
+    sent = base64.b64decode(vqa.payload(big, "q")["messages"][0]["content"][1]["image_url"]["url"].split(",", 1)[1])
+    import io
+    assert max(Image.open(io.BytesIO(sent)).size) == 1024 and sent[:3] == b"\xff\xd8\xff"
+    whole = OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m", max_side=0)
+    sent = base64.b64decode(whole.payload(big, "q")["messages"][0]["content"][1]["image_url"]["url"].split(",", 1)[1])
+    assert sent == big.read_bytes()
+    assert vqa.signature != whole.signature and "max_side=1024" in vqa.signature
+    # the data URL of one image is made once for all its questions
+    calls = []
+    import fairvision.vision.vqa as vqa_mod
+    real = vqa_mod.image_data_url
+    try:
+        vqa_mod.image_data_url = lambda p, m=None: calls.append(p) or real(p, m)
+        fresh = OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m")
+        for q in ("a", "b", "c"):
+            fresh.answer(src, q)
+    finally:
+        vqa_mod.image_data_url = real
+    assert len(calls) == 1 and len(server.requests) == 3
+
+
+@pytest.mark.parametrize("rule", ["drop", "keep"])
+def test_cli_missing_rule(faces, tmp_path, capsys, rule):
+    data = faces.iloc[:40].copy()
+    data["group"] = data["group"].astype(object)
+    data.loc[data.index[[3, 7]], "group"] = None
+    data.to_csv(tmp_path / "s.csv", index=False)
+    rows = [(sid, qid, "He is a thief." if i % 2 else "None.") for i, sid in enumerate(data["sample_id"])
+            for qid in QS.questions["question_id"]]
+    pd.DataFrame(rows, columns=["sample_id", "question_id", "answer"]).to_parquet(tmp_path / "a.parquet")
+    args = ["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "group", "--answers",
+            str(tmp_path / "a.parquet"), "-o", str(tmp_path / "out"), "--n-boot", "20", "--min-subjects", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "row 4: column 'group' is empty" in err and "--missing drop" in err
+    assert main(args + ["--missing", rule]) == 0, capsys.readouterr().err
+    rates = pd.read_parquet([p for p in (tmp_path / "out" / "tables").glob("*__rates.parquet")][0])
+    groups = set(rates["group"])
+    if rule == "drop":
+        assert groups == {"A", "B"}
+        assert len(pd.read_parquet(tmp_path / "out" / "answers.parquet")) == 38 * 9
+    else:
+        assert groups == {"A", "B", "(missing)"}
+        # rows 3 and 7 (odd: toxic answers to the negative questions)
+        m = rates[(rates["group"] == "(missing)") & (rates["quantity"] == "toxic") & (rates["tone"] == "negative")]
+        assert m["estimate"].iloc[0] == 1.0 and m["n_samples"].iloc[0] == 2
+
+
+def test_cli_warns_about_ignored_options(faces, tmp_path, capsys):
+    data = faces.iloc[:4]
+    data.to_csv(tmp_path / "s.csv", index=False)
+    rows = [(sid, qid, "None.") for sid in data["sample_id"] for qid in QS.questions["question_id"]]
+    pd.DataFrame(rows, columns=["sample_id", "question_id", "answer"]).to_parquet(tmp_path / "a.parquet")
+    rc = main(["audit", "vlm", "vqa", "--samples", str(tmp_path / "s.csv"), "-a", "group", "--answers",
+               str(tmp_path / "a.parquet"), "-o", str(tmp_path / "out"), "--n-boot", "10", "--timeout", "5",
+               "--workers", "2", "--url", "http://x"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    warn = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert len(warn) == 1 and "--timeout" in warn[0] and "--workers" in warn[0] and "--url" in warn[0]
+
+
+def test_finished_answers_are_kept_when_a_worker_fails(faces, tmp_path):
+    small = faces.iloc[:3]
+    gate = threading.Event()
+
+    def fn(path, question):
+        if path == small["image_path"].iloc[1] and "crime" in question:
+            gate.wait(0.5)  # the others finish first
+            raise FairvisionError("server went away")
+        return "fine"
+    store = ResultsStore(tmp_path / "store")
+    with pytest.raises(FairvisionError, match="went away"):
+        audit_vqa(small, CallableVQA(fn, name="f", image="path"), QS, ["group"], store=store, workers=4, n_boot=10)
+    kept = store.query(f"SELECT * FROM {STAGE}")
+    # the one failing question waits until every other answer is in: all 26 are kept, none lost
+    assert len(kept) == 3 * 9 - 1

@@ -47,13 +47,19 @@ def parse_condition(text: str) -> Condition:
     return Condition(m.group(1), m.group(2), float(m.group(3)), str(text).strip())
 
 
-def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mapping[str, float]) -> list[dict]:
+def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mapping[str, float], *,
+                        nan: str = "pass") -> list[dict]:
     """Evaluate conditions against named quantities.
 
     Returns one dict per condition: ``condition``, ``name``, ``value``,
     ``holds``. An unknown name is a :class:`FairvisionError` listing the
-    names that exist.
+    names that exist. A quantity that is NaN (not defined for this input)
+    never meets a condition with ``nan="pass"`` (the default); with
+    ``nan="error"`` it is a :class:`FairvisionError`, so a gate that cannot
+    be evaluated does not pass silently (the vision-language probes).
     """
+    if nan not in ("pass", "error"):
+        raise FairvisionError(f"nan must be 'pass' or 'error', not {nan!r}")
     out = []
     for c in conditions:
         cond = c if isinstance(c, Condition) else parse_condition(c)
@@ -62,6 +68,11 @@ def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mappi
             shown = ", ".join(base[:20]) + (", ..." if len(base) > 20 else "")
             raise FairvisionError(f"--fail-if {cond.text!r}: unknown quantity {cond.name!r}; known: {shown}")
         v = float(quantities[cond.name])
+        if nan == "error" and math.isnan(v):
+            # a gate that cannot be evaluated must not pass silently (exit 2: the input cannot answer it)
+            raise FairvisionError(f"--fail-if {cond.text!r}: {cond.name} is not defined for this input (NaN, e.g. "
+                                  "no group large enough to judge or nothing to compare); the gate cannot be "
+                                  "evaluated")
         out.append({"condition": cond.text, "name": cond.name, "value": v, "holds": cond.holds(v)})
     return out
 

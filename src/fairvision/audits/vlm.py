@@ -16,6 +16,7 @@ that embedded the images.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -27,9 +28,11 @@ from scipy.stats import chi2 as chi2_dist
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import SEP, cell_counts, intersections, subject_codes
-from fairvision.io.embeddings import read_embeddings
+from fairvision.io.embeddings import npz_array, read_embeddings
 from fairvision.io.tables import read_raw_table
 from fairvision.io.toml import read_toml
+from fairvision.io.validate import check_missing_rule, missing_rows
+from fairvision.schema import Schema
 from fairvision.stats.association import npmi
 from fairvision.stats.chisquare import chi2_test
 from fairvision.stats.constants import DEFAULT_CORRECTION
@@ -82,15 +85,19 @@ def load_prompt_sets(path: str | Path | None = None) -> dict[str, dict[str, list
     return out
 
 
-def read_text_embeddings(source) -> tuple[np.ndarray, list[str], list[str]]:
+def read_text_embeddings(source, probe: str | None = None) -> tuple[np.ndarray, list[str], list[str]]:
     """Prompt embeddings with their labels.
 
     Parameters
     ----------
     source : path-like or DataFrame
-        A table (Parquet, CSV, ...) with a ``label`` column, an optional ``prompt`` column and the embedding
-        (one list-valued ``embedding`` column or one numeric column per dimension), or an ``.npz`` with arrays
-        ``embeddings``, ``labels`` and optionally ``prompts``.
+        A table (Parquet, CSV, ...) with a ``label`` column, an optional ``prompt`` column, an optional
+        ``probe`` column (the combined file of ``audit vlm embed``) and the embedding (one list-valued
+        ``embedding`` column or one numeric column per dimension), or an ``.npz`` with arrays ``embeddings``,
+        ``labels`` and optionally ``prompts`` (string arrays: save them with ``.astype(str)``).
+    probe : str, optional
+        With a ``probe`` column, keep only the rows of this prompt set. Without it, a table holding a single
+        probe is used whole and one holding several is an error asking for the probe.
 
     Returns
     -------
@@ -104,22 +111,34 @@ def read_text_embeddings(source) -> tuple[np.ndarray, list[str], list[str]]:
         path = Path(source)
         if not path.is_file():
             raise InputFileError(f"{path}: no such file")
-        z = np.load(path, allow_pickle=False)
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise InputFileError(f"{path}: cannot read as .npz: {str(exc).splitlines()[0]}") from None
         if "labels" not in z.files:
             raise InputFileError(f"{path}: no array named 'labels' (one label per prompt embedding)")
-        labels = [str(v) for v in z["labels"]]
-        prompts = [str(v) for v in z["prompts"]] if "prompts" in z.files else [""] * len(labels)
+        labels = [str(v) for v in npz_array(z, "labels", path)]
+        prompts = [str(v) for v in npz_array(z, "prompts", path)] if "prompts" in z.files else [""] * len(labels)
         x, _ = read_embeddings(path)
     else:
         df = source.copy() if isinstance(source, pd.DataFrame) else read_raw_table(Path(source))
         df.columns = [str(c) for c in df.columns]
         if "label" not in df.columns:
             raise ColumnError(f"{label}: no 'label' column; columns are {', '.join(df.columns)}")
+        if "probe" in df.columns:
+            have = list(dict.fromkeys(df["probe"].astype(str)))
+            if probe is None and len(have) > 1:
+                raise InputFileError(f"{label}: holds the prompt embeddings of several probes ({', '.join(have)}); "
+                                     "choose one with --probe")
+            if probe is not None:
+                if probe not in have:
+                    raise InputFileError(f"{label}: no prompt embeddings of probe {probe!r} (probes: {', '.join(have)})")
+                df = df.loc[(df["probe"].astype(str) == probe).to_numpy()].reset_index(drop=True)
         if df["label"].isna().any():
             raise ColumnError(f"{label}: row {int(np.flatnonzero(df['label'].isna().to_numpy())[0]) + 1}: empty label")
         labels = df["label"].astype(str).tolist()
         prompts = df["prompt"].astype(str).tolist() if "prompt" in df.columns else [""] * len(df)
-        rest = df.drop(columns=[c for c in ("label", "prompt") if c in df.columns])
+        rest = df.drop(columns=[c for c in ("label", "prompt", "probe") if c in df.columns])
         rest.insert(0, "_row", [str(i) for i in range(len(rest))])
         try:
             x, _ = read_embeddings(rest, id_col="_row")
@@ -219,7 +238,8 @@ class VLMResult:
 
     def quantities(self) -> dict[str, float]:
         """Names for ``--fail-if``: ``n_flagged``, ``n_too_small`` (groups), ``max_gap``, ``max_unspecified_gap``,
-        ``max_error_gap`` (over groups large enough to judge), ``rate.<attr>.<group>.<label>``,
+        ``max_error_gap`` (over groups large enough to judge; NaN when no group was judged, so a gate on them
+        stops with an error rather than passing), ``rate.<attr>.<group>.<label>``,
         ``gap.<attr>.<group>.<label|error>``, ``error_rate.<attr>.<group>``, ``chi2_pvalue.<attr>``; an
         intersection is ``<a>+<b>`` with groups ``<x>+<y>``."""
         r = self.rates
@@ -227,14 +247,14 @@ class VLMResult:
         q: dict[str, float] = {"n_flagged": float(r["flagged"].sum()),
                                "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]]
                                                         .drop_duplicates())) if len(r) else 0.0,
-                               "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else 0.0}
+                               "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else np.nan}
         for name, lab in (("max_unspecified_gap", UNSPECIFIED), ("max_error_gap", "error")):
             sub = judged.loc[judged["quantity"] == lab, "difference"].abs()
-            q[name] = float(sub.max()) if sub.notna().any() else 0.0
+            q[name] = float(sub.max()) if sub.notna().any() else np.nan
         for row in r.itertuples(index=False):
             key = f"{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.quantity}"
             if row.quantity == "error":
-                q[f"error_rate.{row.attribute}.{row.group}"] = float(row.estimate)
+                q[f"error_rate.{quantity_key(row.attribute)}.{quantity_key(row.group)}"] = float(row.estimate)
             else:
                 q[f"rate.{key}"] = float(row.estimate)
             q[f"gap.{key}"] = float(row.difference)
@@ -246,6 +266,35 @@ class VLMResult:
 def quantity_key(name: str) -> str:
     """An attribute set or group label as it appears in ``--fail-if`` names: ``"a × b"`` -> ``"a+b"``."""
     return str(name).replace(SEP, "+")
+
+
+def apply_missing(data: pd.DataFrame, attrs: list[str], missing: str, schema, *, source: str):
+    """The sample table and schema under the ``--missing error|drop|keep`` rule for empty attribute cells
+    (:func:`fairvision.io.validate.missing_rows`): ``error`` stops at the first empty cell, ``drop`` leaves the
+    rows out, ``keep`` makes them a group ``(missing)``. With a schema and ``error`` the schema's own rule applies."""
+    check_missing_rule(missing)
+    if schema is not None and missing == "error":
+        return data, schema
+    keep = missing_rows(data, [a for a in attrs if isinstance(a, str)], missing, source=source)
+    if missing == "drop" and not keep.all():
+        kept = data.loc[keep].reset_index(drop=True)
+        kept.attrs = dict(data.attrs)
+        data = kept
+    if missing != "error":
+        schema = copy.deepcopy(schema) if schema is not None else Schema()
+        schema.declare([a for a in attrs if isinstance(a, str)], missing=missing)
+    return data, schema
+
+
+def check_unique_ids(data: pd.DataFrame, id_col: str, source: str) -> None:
+    """One row per sample: a repeated id is a one-line error naming the table and the id."""
+    if id_col not in data.columns:
+        raise ColumnError(f"{source}: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
+    ids = data[id_col].astype(str)
+    dup = ids.duplicated().to_numpy()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise ColumnError(f"{source}: row {i + 1}: {id_col} {ids.iloc[i]!r} appears twice")
 
 
 def _align(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.ndarray:
@@ -273,6 +322,7 @@ def audit_vlm(
     probe: str | None = None,
     combine: str = "mean",
     schema=None,
+    missing: str = "error",
     max_k: int = 1,
     min_subjects: int = MIN_SUBJECTS,
     n_boot: int = 1000,
@@ -301,6 +351,9 @@ def audit_vlm(
     combine : {"mean", "max"}
         ``"mean"``: the label whose normalised mean prompt embedding is most similar (default); ``"max"``: the
         label of the single most similar prompt (FHIBE's rule).
+    schema, missing
+        Attribute schema (optional) and the rule for empty attribute cells: ``"error"`` (default), ``"drop"``
+        (the rows are left out) or ``"keep"`` (a group ``(missing)``).
     max_k : int
         Largest intersection size: 1 (default) each attribute on its own, 2 also every pair of attributes, ...
         Intersections come from :func:`fairvision.groups.intersections` and are tested and corrected together with
@@ -322,15 +375,19 @@ def audit_vlm(
     img_src = "image embeddings" if not isinstance(image_embeddings, (str, Path)) else str(image_embeddings)
     txt_src = "text embeddings" if not isinstance(text_embeddings, (str, Path)) else str(text_embeddings)
     x, ids = read_embeddings(image_embeddings)
-    t, tlabels, _ = read_text_embeddings(text_embeddings)
+    t, tlabels, _ = read_text_embeddings(text_embeddings, probe)
     if t.shape[1] != x.shape[1]:
         raise InputFileError(f"{txt_src}: text embeddings have {t.shape[1]} dimensions, the image embeddings "
                              f"({img_src}) {x.shape[1]}: they must come from the same model")
     sets = load_prompt_sets() if prompt_sets is None else prompt_sets
     probe = pick_probe(tlabels, sets, probe, source=txt_src)
     order = list(sets[probe]) if probe else list(dict.fromkeys(tlabels))
-    data = data.reset_index(drop=True)
     source = data.attrs.get("source", "samples")
+    data = data.reset_index(drop=True)
+    data.attrs = {**data.attrs, "source": source}
+    check_unique_ids(data, id_col, source)
+    n_rows = len(data)
+    data, schema = apply_missing(data, attrs, missing, schema, source=source)
     pos = _align(data, ids, id_col, img_src)
     if combine == "mean":
         vec, labels = label_embeddings(t, tlabels, order)
@@ -419,7 +476,9 @@ def audit_vlm(
                 a, b = est_s[gi, qi], est_n[gi, qi]
                 cc, dd = all_s[qi] - a, all_n[qi] - b
                 stat, p = np.nan, np.nan
-                if b > 0 and dd > 0 and not small[gi]:
+                # untested: too few subjects, no rest, or a quantity that never varies over the whole audit (a
+                # label never or always predicted, a constant error): p = 1 would only weaken the correction
+                if b > 0 and dd > 0 and not small[gi] and 0 < all_s[qi] < all_n[qi]:
                     # images as independent (exact fallback for small counts) and the subject-level Rao-Scott
                     # test: the larger p-value, valid when either assumption holds (docs/METHODS.md §12.1)
                     res = chi2_test(np.array([[a, b - a], [cc, dd - cc]]), seed=seed, warn=False)
@@ -445,5 +504,6 @@ def audit_vlm(
     return VLMResult(labels=labels, probe=probe, predictions=preds, rates=rates, independence=ind,
                      npmi=pd.DataFrame(npmi_rows, columns=["attribute", "group", "label", "npmi"]), counts=counts,
                      alpha=alpha, correction=correction,
-                     meta={"n_samples": n, "n_subjects": n_clusters, "n_prompts": len(tlabels), "n_boot": n_boot,
+                     meta={"n_samples": n, "n_dropped": n_rows - n, "missing": missing,
+                           "n_subjects": n_clusters, "n_prompts": len(tlabels), "n_boot": n_boot,
                            "combine": combine, "max_k": max_k, "min_subjects": min_subjects})

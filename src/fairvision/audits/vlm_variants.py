@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.vlm import apply_missing, check_unique_ids
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import SEP, cell_counts, intersections, subject_codes
 from fairvision.io.atomic import atomic_output_dir, atomic_write_bytes
@@ -86,8 +87,17 @@ def make_variants(image: np.ndarray, mask: np.ndarray, *, sigma: float | None = 
 
 
 def variant_name(sample_id: str, variant: str) -> str:
-    """File name of a variant image: ``<sample_id>__<variant>.png``."""
-    return f"{sample_id}__{variant}.png"
+    """File name of a variant image: ``<sample_id>__<variant>.png``.
+
+    A ``sample_id`` that is empty, holds a path separator (``/``, ``\\``) or a NUL, or starts with ``..``
+    would name a file elsewhere: a :class:`FairvisionError`.
+    """
+    sid = str(sample_id)
+    if (not sid.strip() or any(ch in sid for ch in ("/", "\\", "\0")) or sid.startswith("..")
+            or sid == "." or (os.sep in sid) or (os.altsep and os.altsep in sid)):
+        raise FairvisionError(f"sample_id {sid!r} cannot name a variant file (it must hold no path "
+                              "separator and not start with '..')")
+    return f"{sid}__{variant}.png"
 
 
 def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: str | os.PathLike | None = None,
@@ -118,10 +128,16 @@ def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: 
     ids = data[id_col].astype(str)
     if ids.duplicated().any():
         raise ColumnError(f"{source}: {id_col} {ids[ids.duplicated()].iloc[0]!r} appears twice")
+    for i, sid in enumerate(ids):
+        try:
+            variant_name(sid, variants[0] if variants else "original")
+        except FairvisionError as exc:
+            raise ColumnError(f"{source}: row {i + 1}: {exc}") from None
     index = mask_index(masks_dir) if masks_dir is not None else None
     outdir = Path(outdir)
     rows = []
     with atomic_output_dir(outdir) as stage:
+        root = Path(stage).resolve()
         for i, (sid, path) in enumerate(zip(ids, data[image_col].astype(str))):
             img = read_image(path)
             mpath = find_mask(index, sid, path) if index is not None else None
@@ -134,7 +150,10 @@ def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: 
             made = make_variants(img, mask, sigma=sigma)
             for v in variants:
                 name = variant_name(sid, v)
-                atomic_write_bytes(stage / name, encode_png(made[v]))
+                target = (stage / name).resolve()
+                if target.parent != root:  # belt and braces: never write outside the staging folder
+                    raise ColumnError(f"{source}: row {i + 1}: sample_id {sid!r} names a file outside {outdir}")
+                atomic_write_bytes(target, encode_png(made[v]))
                 rows.append({"sample_id": sid, "variant": v, "image_path": str((outdir / name).resolve()),
                              "source_image": path, "mask_source": how, "person_fraction": frac})
         table = pd.DataFrame(rows)
@@ -171,14 +190,15 @@ class VariantComparison:
         return self.changes
 
     def quantities(self) -> dict[str, float]:
-        """``n_flagged``, ``n_too_small`` (groups), ``max_change`` (over groups large enough to judge) and
+        """``n_flagged``, ``n_too_small`` (groups), ``max_change`` (over groups large enough to judge; NaN when none
+        was) and
         ``change.<attr>.<group>.<label>`` (an intersection ``<a>+<b>`` with groups ``<x>+<y>``) for ``--fail-if``."""
         c = self.changes
         small = c["too_small"].astype(bool) if len(c) else pd.Series(dtype=bool)
         judged = c.loc[~small, "estimate"] if len(c) else c["estimate"]
         q = {"n_flagged": float(c["flagged"].sum()),
              "n_too_small": float(len(c.loc[small, ["attribute", "group"]].drop_duplicates())) if len(c) else 0.0,
-             "max_change": float(judged.abs().max()) if judged.notna().any() else 0.0}
+             "max_change": float(judged.abs().max()) if judged.notna().any() else np.nan}
         for row in c.itertuples(index=False):
             q[f"change.{row.attribute.replace(SEP, '+')}.{row.group.replace(SEP, '+')}.{row.label}"] = float(row.estimate)
         return q
@@ -201,7 +221,7 @@ def _predicted(pred: pd.DataFrame, ids: pd.Series, id_col: str, name: str) -> np
 def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFrame, attrs: list[str], *,
                      names: tuple[str, str] = ("first", "second"), labels: list[str] | None = None,
                      id_col: str = "sample_id", subject_col: str | None = "subject_id", schema=None,
-                     max_k: int = 1, min_subjects: int = MIN_SUBJECTS,
+                     missing: str = "error", max_k: int = 1, min_subjects: int = MIN_SUBJECTS,
                      n_boot: int = 1000, level: float = 0.95, alpha: float = 0.05,
                      correction: str = DEFAULT_CORRECTION,
                      seed: int | np.random.Generator | None = 0) -> VariantComparison:
@@ -221,6 +241,9 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
         Names of the two variants (reported only).
     labels : list of str, optional
         Labels to report (default: every label predicted in either variant, in order of appearance).
+    schema, missing
+        Attribute schema (optional) and the rule for empty attribute cells: ``"error"`` (default), ``"drop"``
+        (the rows are left out) or ``"keep"`` (a group ``(missing)``).
     max_k : int
         Largest intersection size (1: each attribute on its own; 2: also every pair, ...), built by
         :func:`fairvision.groups.intersections` and corrected together with the single attributes.
@@ -237,10 +260,12 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
         raise FairvisionError(f"max_k must be at least 1, not {max_k}")
     if int(min_subjects) < 1:
         raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
-    data = data.reset_index(drop=True)
     source = data.attrs.get("source", "samples")
-    if id_col not in data.columns:
-        raise ColumnError(f"{source}: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
+    data = data.reset_index(drop=True)
+    data.attrs = {**data.attrs, "source": source}
+    check_unique_ids(data, id_col, source)
+    n_rows = len(data)
+    data, schema = apply_missing(data, attrs, missing, schema, source=source)
     ids = data[id_col].astype(str)
     p1 = _predicted(first, ids, id_col, names[0])
     p2 = _predicted(second, ids, id_col, names[1])
@@ -297,6 +322,7 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
     else:
         changes["flagged"] = pd.Series(dtype=bool)
     return VariantComparison(first=names[0], second=names[1], labels=labels, changes=changes, alpha=alpha,
-                             correction=correction, meta={"n_samples": len(data), "n_subjects": n_clusters,
+                             correction=correction, meta={"n_samples": len(data), "n_dropped": n_rows - len(data),
+                                                          "missing": missing, "n_subjects": n_clusters,
                                                           "n_boot": n_boot, "max_k": max_k,
                                                           "min_subjects": min_subjects})

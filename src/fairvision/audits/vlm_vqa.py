@@ -27,7 +27,7 @@ from scipy.stats import chi2 as chi2_dist
 
 from fairvision.engine.cache import content_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.audits.vlm import MIN_SUBJECTS, quantity_key
+from fairvision.audits.vlm import MIN_SUBJECTS, apply_missing, check_unique_ids, quantity_key
 from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table
@@ -200,10 +200,19 @@ def load_toxic_words(path: str | Path | None = None) -> list[str]:
 
 
 def toxic_pattern(words: list[str]) -> re.Pattern:
-    """One case-insensitive pattern matching any keyword as a whole word (phrases: any whitespace between
-    their words); longer keywords are tried first."""
-    alts = sorted({r"\s+".join(map(re.escape, w.split())) for w in words}, key=len, reverse=True)
-    return re.compile(r"(?<!\w)(?:" + "|".join(alts) + r")(?!\w)", re.IGNORECASE)
+    """One case-insensitive pattern matching any keyword as a whole word (docs/METHODS.md §12.3).
+
+    A phrase matches with any run of whitespace or hyphens between its words (``drug dealer``, ``drug-dealer``);
+    a keyword right after a hyphenated prefix (``non-violent``, ``anti-racist``) or inside a longer word is not
+    a match (one followed by a hyphen is: ``violent-looking``). Longer keywords are tried first. An empty list is an error (it would mark nothing, or with an
+    empty alternative every answer, toxic).
+    """
+    words = [" ".join(str(w).split()) for w in (words or [])]
+    words = [w for w in words if w]
+    if not words:
+        raise FairvisionError("the toxic keyword list is empty: give at least one word or phrase")
+    alts = sorted({r"[\s-]+".join(map(re.escape, w.split())) for w in words}, key=len, reverse=True)
+    return re.compile(r"(?<![\w-])(?:" + "|".join(alts) + r")(?!\w)", re.IGNORECASE)
 
 
 def normalise_term(text: str) -> str:
@@ -341,6 +350,8 @@ def ask(data: pd.DataFrame, answerer, questions: QuestionSet, *, id_col: str = "
     if "image_path" not in data.columns:
         raise ColumnError(f"{data.attrs.get('source', 'samples')}: no image path column (image_path); give a "
                           "sample table with image paths, or precomputed answers (--answers)")
+    if store is not None and not getattr(answerer, "cacheable", True):
+        raise FairvisionError(answerer.store_error())
     if store is not None and not isinstance(store, ResultsStore):
         store = ResultsStore(store)
     source = data.attrs.get("source", "samples")
@@ -386,12 +397,18 @@ def ask(data: pd.DataFrame, answerer, questions: QuestionSet, *, id_col: str = "
                 pending = set(futures)
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    failed = [f for f in finished if f.exception() is not None]
                     for f in finished:
-                        if f.exception() is not None:
-                            for other in pending:
-                                other.cancel()
-                            raise f.exception()
-                        record(futures[f], f.result())
+                        if f.exception() is None:
+                            record(futures[f], f.result())
+                    if failed:
+                        for other in pending:
+                            other.cancel()
+                        # the questions already in flight finish: keep their answers too, then stop
+                        for f in wait(pending)[0]:
+                            if not f.cancelled() and f.exception() is None:
+                                record(futures[f], f.result())
+                        raise failed[0].exception()
     finally:
         if store is not None:
             store.flush()  # what finished is kept, also when interrupted
@@ -429,7 +446,8 @@ class VQAResult:
 
     def quantities(self) -> dict[str, float]:
         """Names for ``--fail-if``: ``n_flagged``, ``n_too_small`` (groups), ``max_gap``, ``max_<quantity>_gap``
-        (``max_toxic_gap``, ``max_refusal_gap``, ...; the maxima over groups large enough to judge),
+        (``max_toxic_gap``, ``max_refusal_gap``, ...; the maxima over groups large enough to judge, NaN when
+        none was: a gate on a NaN stops with an error),
         ``<quantity>_rate.<tone>`` (over all answers of a tone), ``<quantity>_rate.<attr>.<group>.<tone>`` and
         ``gap.<attr>.<group>.<tone>.<quantity>``; an intersection is ``<a>+<b>`` with groups ``<x>+<y>``."""
         r = self.rates
@@ -438,10 +456,10 @@ class VQAResult:
             "n_flagged": float(r["flagged"].sum()) if len(r) else 0.0,
             "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]].drop_duplicates()))
             if len(r) else 0.0,
-            "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else 0.0}
+            "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else np.nan}
         for name in QUANTITIES:
             sub = judged.loc[judged["quantity"] == name, "difference"].abs()
-            q[f"max_{name}_gap"] = float(sub.max()) if sub.notna().any() else 0.0
+            q[f"max_{name}_gap"] = float(sub.max()) if sub.notna().any() else np.nan
         for row in self.overall.itertuples(index=False):
             q[f"{row.quantity}_rate.{row.tone}"] = float(row.estimate)
         for row in r.itertuples(index=False):
@@ -474,6 +492,7 @@ def audit_vqa(
     max_k: int = 1,
     min_subjects: int = MIN_SUBJECTS,
     schema=None,
+    missing: str = "error",
     store: ResultsStore | str | Path | None = None,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
@@ -513,6 +532,9 @@ def audit_vqa(
     min_subjects : int
         Groups (and intersections) with fewer subjects are reported with their rates and CIs but not tested or
         flagged: too small to judge (default 10, FHIBE's threshold).
+    schema, missing
+        Attribute schema (optional) and the rule for empty attribute cells: ``"error"`` (default), ``"drop"``
+        (the rows are left out, and not asked) or ``"keep"`` (a group ``(missing)``).
     store, workers, progress
         See :func:`ask`.
     top_n, min_term_count
@@ -532,13 +554,12 @@ def audit_vqa(
         raise FairvisionError(f"max_k must be at least 1, not {max_k}")
     if int(min_subjects) < 1:
         raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
-    data = data.reset_index(drop=True)
     source = data.attrs.get("source", "samples")
-    if id_col not in data.columns:
-        raise ColumnError(f"{source}: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
-    if data[id_col].astype(str).duplicated().any():
-        dup = data[id_col].astype(str)[data[id_col].astype(str).duplicated()].iloc[0]
-        raise ColumnError(f"{source}: {id_col} {dup!r} appears twice")
+    data = data.reset_index(drop=True)
+    data.attrs = {**data.attrs, "source": source}
+    check_unique_ids(data, id_col, source)
+    n_rows = len(data)
+    data, schema = apply_missing(data, attrs, missing, schema, source=source)
     if subject_col is not None and subject_col not in data.columns:
         subject_col = None if subject_col == "subject_id" else subject_col
     clusters = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
@@ -725,7 +746,8 @@ def audit_vqa(
                      pronouns=pd.DataFrame(pron_rows, columns=["attribute", "group", "tone", "pronoun", "count", "share"]),
                      terms=pd.DataFrame(term_rows, columns=["attribute", "group", "tone", "term", "count", "share", "npmi"]),
                      tones=tones, alpha=alpha, correction=correction,
-                     meta={"n_samples": len(data), "n_subjects": n_clusters, "n_answers": n_ans,
+                     meta={"n_samples": len(data), "n_dropped": n_rows - len(data), "missing": missing,
+                           "n_subjects": n_clusters, "n_answers": n_ans,
                            "n_questions": len(qs.questions), "n_called": n_called,
                            "n_from_store": int(ans["from_store"].sum()), "n_boot": n_boot, "quantities": quantities,
                            "max_k": int(max_k), "min_subjects": int(min_subjects),

@@ -26,6 +26,7 @@ def audit_vlm_cmd(
     probe: Optional[str] = typer.Option(None, "--probe", help="Prompt set the text embeddings belong to (default: the one sharing most labels)."),
     combine: str = typer.Option("mean", "--combine", help="mean: the label whose mean prompt embedding is closest (default); max: the label of the single closest prompt (FHIBE's rule)."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
+    missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave the rows out), 'keep' (group '(missing)')."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, tested and corrected with them)."),
     min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested (FHIBE: 10)."),
     output: Path = typer.Option(Path("fairvision-vlm-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
@@ -43,6 +44,8 @@ def audit_vlm_cmd(
     check_outdir(output)
     if correction not in CORRECTIONS:
         raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    if missing not in ("error", "drop", "keep"):
+        raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
     conditions = [parse_condition(c) for c in fail_if]
     # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
     from fairvision.audits.vlm import audit_vlm, default_prompts_path, load_prompt_sets, read_text_embeddings
@@ -55,9 +58,9 @@ def audit_vlm_cmd(
         read_text_embeddings(None)  # raises the one-line error saying how to make them
     data = read_table(samples)
     result = audit_vlm(data, image_embeddings, text_embeddings, attr, subject_col=subject_col, true_col=true_col,
-                       prompt_sets=load_prompt_sets(prompts), probe=probe, combine=combine, max_k=max_k,
+                       prompt_sets=load_prompt_sets(prompts), probe=probe, combine=combine, missing=missing, max_k=max_k,
                        min_subjects=min_subjects, n_boot=n_boot, alpha=alpha, correction=correction, seed=seed)
-    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    evaluated = evaluate_conditions(conditions, result.quantities(), nan="error") if conditions else []
     made_by = read_provenance(image_embeddings) or read_provenance(text_embeddings) or {}  # from `audit vlm embed`
     if made_by.get("note"):
         typer.echo(f"warning: {made_by['note']}", err=True)
@@ -65,7 +68,8 @@ def audit_vlm_cmd(
                     meta={"samples": str(samples), "image embeddings": str(image_embeddings),
                           "text embeddings": str(text_embeddings), "prompts": str(prompts or default_prompts_path()),
                           "probe": result.probe or "(labels of the text embeddings)", "combine": combine,
-                          "max_k": max_k, "min_subjects": min_subjects, "correction": correction, "seed": seed,
+                          "max_k": max_k, "min_subjects": min_subjects, "missing": missing,
+                          "correction": correction, "seed": seed,
                           **({"model": made_by["model"]} if made_by.get("model") else {}),
                           **({"model note": made_by["note"]} if made_by.get("note") else {}),
                           **gate_meta(evaluated)})
@@ -125,6 +129,7 @@ def compare_cmd(
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat)."),
     output: Path = typer.Option(Path("fairvision-vlm-compare"), "--output", "-o", help="Output folder for report.html, report.json and tables/; a .csv or .parquet file name writes only the table of changes."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit)."),
+    missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave the rows out), 'keep' (group '(missing)')."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes)."),
     min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested."),
     correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
@@ -144,6 +149,8 @@ def compare_cmd(
         check_outdir(output)
     if correction not in CORRECTIONS:
         raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    if missing not in ("error", "drop", "keep"):
+        raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
     conditions = [parse_condition(c) for c in fail_if]
     # lazy: numpy, pandas, OpenCV and the report stack cost about 1.5 s, ten times the CLI's start-up
     from fairvision.audits.vlm_variants import compare_variants
@@ -154,9 +161,9 @@ def compare_cmd(
     data = read_table(samples)
     preds = [read_raw_table(p) for p in (first, second)]
     res = compare_variants(data, preds[0], preds[1], attr, names=(str(first), str(second)), subject_col=subject_col,
-                           max_k=max_k, min_subjects=min_subjects, n_boot=n_boot, level=0.95, alpha=alpha,
+                           missing=missing, max_k=max_k, min_subjects=min_subjects, n_boot=n_boot, level=0.95, alpha=alpha,
                            correction=correction, seed=seed)
-    evaluated = evaluate_conditions(conditions, res.quantities()) if conditions else []
+    evaluated = evaluate_conditions(conditions, res.quantities(), nan="error") if conditions else []
     n_flagged = int(res.changes["flagged"].sum()) if len(res.changes) else 0
     if table_only:
         write_table(res.changes, output)
@@ -166,7 +173,7 @@ def compare_cmd(
                                        f"{second.parent.name or second.name}",
                         subtitle="fairvision audit vlm compare",
                         meta={"samples": str(samples), "first": str(first), "second": str(second), "max_k": max_k,
-                              "min_subjects": min_subjects, "correction": correction, "seed": seed,
+                              "min_subjects": min_subjects, "missing": missing, "correction": correction, "seed": seed,
                               **gate_meta(evaluated)})
         report.add(compare_section(res, conditions=evaluated))
         paths = report.write(output)

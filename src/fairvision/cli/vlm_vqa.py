@@ -34,8 +34,10 @@ def audit_vqa_cmd(
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, tested and corrected with them)."),
     min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested (FHIBE: 10)."),
     workers: int = typer.Option(4, "--workers", min=1, help="Questions in flight at once with --backend http."),
-    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for one answer from the server."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for one answer from the server (positive)."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Longest answer, in tokens."),
+    max_side: int = typer.Option(1024, "--max-side", min=0, help="--backend http: images with a longer side are downscaled to this many pixels before sending (0: send as they are)."),
+    missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave the rows out), 'keep' (group '(missing)')."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     output: Path = typer.Option(Path("fairvision-vqa-report"), "--output", "-o", help="Output folder for report.html, report.json, answers.parquet and tables/."),
@@ -54,7 +56,20 @@ def audit_vqa_cmd(
     check_outdir(output)
     if correction not in CORRECTIONS:
         raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    if missing not in ("error", "drop", "keep"):
+        raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
+    if not timeout > 0:
+        raise FairvisionError(f"--timeout must be a positive number of seconds, not {timeout:g}")
     conditions = [parse_condition(c) for c in fail_if]
+    if answers is not None:
+        ignored = [opt for opt, given in (("--timeout", timeout != 120.0), ("--max-tokens", max_tokens != 64),
+                                          ("--workers", workers != 4), ("--max-side", max_side != 1024),
+                                          ("--store", store is not None), ("--no-store", no_store),
+                                          ("--url", url is not None), ("--model", model is not None)) if given]
+        if ignored:
+            typer.echo(f"warning: {', '.join(ignored)} ignored with --answers (nothing is asked)", err=True)
+    elif url is not None and backend != "http":
+        typer.echo("warning: --url ignored without --backend http", err=True)
     if answers is None:
         if backend is None:
             raise FairvisionError("give --backend http|transformers (with --url / --model), or precomputed --answers")
@@ -78,7 +93,7 @@ def audit_vqa_cmd(
     answerer, results = None, None
     if answers is None:
         if backend == "http":
-            answerer = OpenAIChatVQA(url, model, timeout=timeout, max_tokens=max_tokens)
+            answerer = OpenAIChatVQA(url, model, timeout=timeout, max_tokens=max_tokens, max_side=max_side)
         else:
             answerer = TransformersVQA(model, max_new_tokens=max_tokens)
             workers = 1  # one model in this process
@@ -86,10 +101,10 @@ def audit_vqa_cmd(
     with progress_bar("asking", answers is None) as advance:
         result = audit_vqa(data, answerer, qs, attr, answers=answers, toxic_words=toxic_words,
                            subject_col=subject_col, gender_col=gender_col, max_k=max_k,
-                           min_subjects=min_subjects, store=results,
+                           min_subjects=min_subjects, missing=missing, store=results,
                            workers=workers, progress=advance, n_boot=n_boot, alpha=alpha, correction=correction,
                            seed=seed)
-    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    evaluated = evaluate_conditions(conditions, result.quantities(), nan="error") if conditions else []
     who = str(answers) if answers is not None else (f"{url} ({model})" if backend == "http" else str(model))
     report = Report(title=title or f"Visual question answering probe: {samples.name}",
                     subtitle="fairvision audit vlm vqa",
@@ -97,8 +112,8 @@ def audit_vqa_cmd(
                           "questions": str(questions or default_questions_path()),
                           "toxic words": str(toxic_words or default_toxic_words_path()),
                           "results store": str(results.root) if results is not None else "none",
-                          "max_k": max_k, "min_subjects": min_subjects, "correction": correction, "seed": seed,
-                          **gate_meta(evaluated)})
+                          "max_k": max_k, "min_subjects": min_subjects, "missing": missing,
+                          "correction": correction, "seed": seed, **gate_meta(evaluated)})
     report.add(vlm_vqa_section(result, conditions=evaluated))
     buf = io.BytesIO()
     result.answers.to_parquet(buf, index=False)

@@ -66,8 +66,8 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
             key = "embeddings" if "embeddings" in z.files else (z.files[0] if len(z.files) == 1 else None)
             if key is None:
                 raise InputFileError(f"{path}: no array named 'embeddings' (arrays: {', '.join(z.files)})")
-            x = z[key]
-            ids = [str(i) for i in z["ids"]] if "ids" in z.files else [str(i) for i in range(len(x))]
+            x = npz_array(z, key, path)
+            ids = [str(i) for i in npz_array(z, "ids", path)] if "ids" in z.files else [str(i) for i in range(len(x))]
             if len(ids) != len(x):
                 raise InputFileError(f"{path}: {len(ids)} ids for {len(x)} embeddings")
         else:
@@ -86,6 +86,18 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
         i = int(np.flatnonzero(s.duplicated().to_numpy())[0])
         raise InputFileError(f"{label}: row {i + 1}: duplicate id {ids[i]!r}")
     return x, list(ids)
+
+
+def npz_array(z, key: str, path) -> np.ndarray:
+    """Array ``key`` of an open ``.npz`` (``np.load(..., allow_pickle=False)``), with a one-line error for an
+    object-typed array (ids or labels saved from a pandas column): pickled data is never loaded."""
+    try:
+        return z[key]
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc) and "Object arrays" not in str(exc):
+            raise InputFileError(f"{path}: cannot read array {key!r}: {str(exc).splitlines()[0]}") from None
+        raise InputFileError(f"{path}: array {key!r} holds Python objects (dtype object), which are not loaded "
+                             f"(no pickle); save it as strings, e.g. np.savez(..., {key}=values.astype(str))") from None
 
 
 def _embeddings_from_frame(df: pd.DataFrame, label: str, id_col: str | None, column: str | None):

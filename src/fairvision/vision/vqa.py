@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
+import io
 import json
 import os
 import socket
+import threading
 import time
+import types
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,9 +36,14 @@ from PIL import Image
 
 from fairvision.io.images import encode_png, read_image
 
-#: MIME type of image files sent as they are; other formats are re-encoded as PNG
+#: MIME type of image files sent as they are (by file suffix; kept for callers, the content type sent is taken
+#: from the file's bytes, see :func:`sniff_mime`); other formats are re-encoded as PNG
 MIME = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png", ".webp": "image/webp", ".gif": "image/gif"}
 IMAGE_KINDS = ("array", "pil", "path")
+#: default longest side (pixels) of the images the HTTP adapter sends; larger ones are downscaled
+MAX_SIDE = 1024
+#: data URLs kept per adapter (the questions of one image are asked one after the other)
+DATA_URL_CACHE = 32
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -49,8 +59,13 @@ class CallableVQA:
     fn : callable
         Called with the image and the question; returns the answer text (None counts as no response).
     name : str, optional
-        Identity of the function in the results store (default: its module and qualified name). Give a new name
-        when the function's behaviour changes, or the stored answers of the old one are reused.
+        Identity of the function in the results store. Default: its module and qualified name plus a hash of
+        its code (bytecode, constants and names, nested code included), its default arguments and the values
+        of its closure cells (their ``repr``), so two lambdas, or two closures of one factory with different
+        captured values, do not share stored answers. When that hash cannot be taken reliably (a callable
+        object, a captured value whose ``repr`` holds a memory address, an empty cell), the adapter refuses a
+        results store until ``name`` is given. Globals the function reads are not part of the hash: give a
+        new name when its behaviour changes through them.
     image : {"array", "pil", "path"}
         What ``fn`` receives: an ``(H, W, 3)`` uint8 RGB array (default), a PIL image, or the path as a str.
     """
@@ -62,7 +77,24 @@ class CallableVQA:
             raise FairvisionError(f"image must be one of {', '.join(IMAGE_KINDS)}, not {image!r}")
         self.fn = fn
         self.image = image
-        self.name = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        #: why the default identity is not reliable (None: it is, or ``name`` was given)
+        self.unreliable: str | None = None
+        if name:
+            self.name = str(name)
+        else:
+            base = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+            digest, self.unreliable = function_fingerprint(fn)
+            self.name = f"{base}#{digest[:16]}"
+
+    @property
+    def cacheable(self) -> bool:
+        """Whether answers may be kept in a results store under :attr:`signature`."""
+        return self.unreliable is None
+
+    def store_error(self) -> str:
+        """The one-line reason a results store is refused (see ``name``)."""
+        return (f"CallableVQA({self.name.split('#')[0]}): cannot identify the function reliably for the results "
+                f"store ({self.unreliable}); pass name='...' (a new one whenever its behaviour changes) or no store")
 
     @property
     def signature(self) -> str:
@@ -77,6 +109,64 @@ class CallableVQA:
             img = read_image(image_path)
         out = self.fn(img, question)
         return "" if out is None else str(out)
+
+
+def function_fingerprint(fn: Callable) -> tuple[str, str | None]:
+    """SHA-256 of what decides a Python function's behaviour, and why it is unreliable (None when it is not).
+
+    Hashed: the code object (``co_code``, ``co_consts`` with nested code objects recursively, ``co_names``),
+    ``__defaults__`` and ``__kwdefaults__`` and the closure cell values; functions among them recursively, arrays
+    by their bytes, other values by ``repr``. Unreliable: an object without ``__code__`` (a callable instance, ``functools.partial``,
+    a builtin), an empty closure cell, or a ``repr`` that holds a memory address (``... at 0x...``), which differs
+    between runs.
+    """
+    h = hashlib.sha256()
+    problems: list[str] = []
+
+    def code(c: types.CodeType) -> None:
+        h.update(b"code:")
+        h.update(c.co_code)
+        h.update(repr(c.co_names).encode())
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                code(const)
+            else:
+                value(const)
+
+    def value(v: Any, depth: int = 0) -> None:
+        if isinstance(v, types.FunctionType) and depth < 8:
+            func(v, depth + 1)
+            return
+        if hasattr(v, "tobytes") and hasattr(v, "dtype") and hasattr(v, "shape"):  # an array: all of its values
+            h.update(f"array:{v.dtype}:{tuple(v.shape)}:".encode())
+            h.update(v.tobytes())
+            return
+        text = repr(v)
+        if " at 0x" in text:
+            problems.append(f"{type(v).__name__} value {_one_line(text, 60)} has no stable repr")
+        h.update(b"value:" + text.encode("utf-8", "replace"))
+
+    def func(f: types.FunctionType, depth: int = 0) -> None:
+        code(f.__code__)
+        value(f.__defaults__, depth)
+        value(sorted((f.__kwdefaults__ or {}).items()), depth)
+        for cell in f.__closure__ or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:
+                problems.append("an empty closure cell")
+                continue
+            value(content, depth)
+
+    target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(target, types.FunctionType):
+        func(target)
+        if target is not fn:
+            value(fn.__self__)
+    else:
+        problems.append(f"{type(fn).__name__} is not a plain Python function")
+        h.update(repr(type(fn)).encode())
+    return h.hexdigest(), (problems[0] if problems else None)
 
 
 def load_pil(path: str | os.PathLike):
@@ -176,17 +266,50 @@ class TransformersVQA:
         return proc.batch_decode(out, skip_special_tokens=True)[0].strip()
 
 
-def image_data_url(path: str | os.PathLike) -> str:
-    """``data:<mime>;base64,...`` of an image file: JPEG, PNG, WebP and GIF as they are, other formats as PNG."""
+def sniff_mime(data: bytes) -> str | None:
+    """The image type of file bytes from their magic number: ``image/jpeg``, ``png``, ``webp``, ``gif`` or None."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "image/png"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    return None
+
+
+def image_data_url(path: str | os.PathLike, max_side: int | None = None) -> str:
+    """``data:<mime>;base64,...`` of an image file.
+
+    JPEG, PNG, WebP and GIF files (recognised by their bytes, not the file name) are sent as they are when no
+    side exceeds ``max_side``; larger images are decoded (EXIF orientation applied), downscaled with area
+    interpolation so the longer side is ``max_side`` and re-encoded (JPEG as JPEG at quality 90, others as
+    PNG); other formats are re-encoded as PNG. ``max_side`` None or 0 sends every size as it is.
+    """
     path = Path(path)
-    mime = MIME.get(path.suffix.lower())
-    if mime is not None:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read the image ({exc.strerror or exc})") from None
+    mime = sniff_mime(data)
+    limit = int(max_side) if max_side else None
+    if mime is not None and limit is not None:
         try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InputFileError(f"{path}: cannot read the image ({exc.strerror or exc})") from None
-    else:
-        data, mime = encode_png(read_image(path)), "image/png"
+            with Image.open(io.BytesIO(data)) as im:
+                big = max(im.size) > limit
+        except (OSError, ValueError, Image.DecompressionBombError):
+            big = True  # let read_image decode it (or say why it cannot)
+        if big:
+            small = read_image(path, max_side=limit)
+            if mime == "image/jpeg":
+                buf = io.BytesIO()
+                Image.fromarray(small).save(buf, format="JPEG", quality=90)
+                data = buf.getvalue()
+            else:
+                data, mime = encode_png(small), "image/png"
+    elif mime is None:
+        data, mime = encode_png(read_image(path, max_side=limit)), "image/png"
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
@@ -207,16 +330,22 @@ class OpenAIChatVQA:
     api_key : str, optional
         Sent as ``Authorization: Bearer``; default ``$OPENAI_API_KEY`` when set, else none.
     timeout : float
-        Seconds to wait for one answer.
+        Seconds to wait for one answer (positive).
     retries : int
-        Further tries after a 5xx reply or a timeout, waiting ``backoff * 2**i`` seconds before try ``i + 1``.
+        Further tries after a 5xx reply, a timeout, a reply cut short (``IncompleteRead``) or a connection the
+        server closed without answering (``RemoteDisconnected``), waiting ``backoff * 2**i`` seconds before try
+        ``i + 1``. Any other malformed HTTP reply is a one-line error.
+    max_side : int, optional
+        Longest side in pixels of the images sent (default 1024): larger ones are downscaled before sending;
+        None or 0 sends them as they are. Part of :attr:`signature`. The data URL of an image is reused for the
+        questions that follow (the last 32 images are kept).
     max_tokens, temperature, system
         Answer length, sampling temperature (0: greedy, reproducible) and an optional system message.
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_tokens: int = 64, temperature: float = 0.0,
-                 system: str | None = None):
+                 system: str | None = None, max_side: int | None = MAX_SIDE):
         if not base_url or not str(base_url).startswith(("http://", "https://")):
             raise FairvisionError(f"--url must start with http:// or https://, not {base_url!r}")
         if not model:
@@ -227,6 +356,13 @@ class OpenAIChatVQA:
         self.model = str(model)
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout = float(timeout)
+        if not self.timeout > 0:
+            raise FairvisionError(f"--timeout must be a positive number of seconds, not {timeout!r}")
+        if max_side is not None and int(max_side) < 0:
+            raise FairvisionError(f"--max-side must be 0 (send as is) or a positive number of pixels, not {max_side!r}")
+        self.max_side = int(max_side) if max_side else None
+        self._urls: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
         self.retries = max(0, int(retries))
         self.backoff = float(backoff)
         self.max_tokens = int(max_tokens)
@@ -235,15 +371,31 @@ class OpenAIChatVQA:
 
     @property
     def signature(self) -> str:
+        size = "" if self.max_side is None else f":max_side={self.max_side}"
         return (f"openai-chat:{self.base_url}:{self.model}:{self.max_tokens}:{self.temperature}:"
-                f"{hashlib.sha256((self.system or '').encode()).hexdigest()[:12]}")
+                f"{hashlib.sha256((self.system or '').encode()).hexdigest()[:12]}{size}")
+
+    def data_url(self, image_path: str | os.PathLike) -> str:
+        """The image as a data URL (:func:`image_data_url` with :attr:`max_side`), reused for the same path."""
+        key = str(image_path)
+        with self._lock:
+            hit = self._urls.get(key)
+            if hit is not None:
+                self._urls.move_to_end(key)
+                return hit
+        url = image_data_url(image_path, self.max_side)
+        with self._lock:
+            self._urls[key] = url
+            while len(self._urls) > DATA_URL_CACHE:
+                self._urls.popitem(last=False)
+        return url
 
     def payload(self, image_path: str | os.PathLike, question: str) -> dict:
         """The JSON body sent for one image and question."""
         messages = [{"role": "system", "content": self.system}] if self.system else []
         messages.append({"role": "user", "content": [
             {"type": "text", "text": question},
-            {"type": "image_url", "image_url": {"url": image_data_url(image_path)}},
+            {"type": "image_url", "image_url": {"url": self.data_url(image_path)}},
         ]})
         return {"model": self.model, "messages": messages, "temperature": self.temperature,
                 "max_tokens": self.max_tokens}
@@ -279,6 +431,15 @@ class OpenAIChatVQA:
             except (socket.timeout, TimeoutError):
                 last = f"no answer within {self.timeout:g} s"
                 continue
+            except http.client.IncompleteRead as exc:
+                last = f"reply cut short after {len(exc.partial)} bytes"
+                continue
+            except http.client.RemoteDisconnected:
+                last = "the server closed the connection without replying"
+                continue
+            except http.client.HTTPException as exc:
+                raise FairvisionError(f"{self.url}: not a valid HTTP reply ({type(exc).__name__}: "
+                                      f"{_one_line(exc, 80)}); is an HTTP server listening there?") from None
             except (ConnectionError, OSError) as exc:
                 raise FairvisionError(f"{self.url}: {_one_line(exc)}") from None
             return self.parse(raw)
