@@ -748,7 +748,7 @@ def audit_vqa(
                      tones=tones, alpha=alpha, correction=correction,
                      meta={"n_samples": len(data), "n_dropped": n_rows - len(data), "missing": missing,
                            "n_subjects": n_clusters, "n_answers": n_ans,
-                           "n_questions": len(qs.questions), "n_called": n_called,
+                           "n_questions": len(qs.questions), "n_called": n_called, "precomputed": answers is not None,
                            "n_from_store": int(ans["from_store"].sum()), "n_boot": n_boot, "quantities": quantities,
                            "max_k": int(max_k), "min_subjects": int(min_subjects),
                            "expect": dict(zip(qs.questions["tone"], qs.questions["expect"])),

@@ -160,7 +160,7 @@ def compare_cmd(
 
     data = read_table(samples)
     preds = [read_raw_table(p) for p in (first, second)]
-    res = compare_variants(data, preds[0], preds[1], attr, names=(str(first), str(second)), subject_col=subject_col,
+    res = compare_variants(data, preds[0], preds[1], attr, names=_variant_names(first, second), subject_col=subject_col,
                            missing=missing, max_k=max_k, min_subjects=min_subjects, n_boot=n_boot, level=0.95, alpha=alpha,
                            correction=correction, seed=seed)
     evaluated = evaluate_conditions(conditions, res.quantities(), nan="error") if conditions else []
@@ -190,6 +190,16 @@ vlm_app = typer.Typer(
 
 #: modules adding ``audit vlm`` commands: ``embed`` (model adapters), ``vqa`` (question answering)
 VLM_PARTS = ("vlm_embed", "vlm_vqa")
+
+
+def _variant_names(first: Path, second: Path) -> tuple[str, str]:
+    """Short names of two prediction files for the report: the folder of a ``predictions.parquet`` (as
+    ``zero-shot`` writes it), else the file's stem; the full paths when those are the same."""
+    def short(p: Path) -> str:
+        return p.parent.name if p.stem == "predictions" and p.parent.name else p.stem
+
+    a, b = short(first), short(second)
+    return (a, b) if a != b else (str(first), str(second))
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:

@@ -38,9 +38,10 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
     r = result.rates
     small = (r.loc[r["too_small"].astype(bool), ["attribute", "group", "n_samples", "n_subjects"]]
              .drop_duplicates(["attribute", "group"]) if len(r) else r)
+    asked = ({"answers": "precomputed"} if meta.get("precomputed") else
+             {"asked in this run": meta.get("n_called"), "from the results store": meta.get("n_from_store")})
     sec.metrics("key figures", {"samples": meta.get("n_samples"), "subjects": meta.get("n_subjects"),
-                                "answers": meta.get("n_answers"), "asked in this run": meta.get("n_called"),
-                                "from the results store": meta.get("n_from_store"),
+                                "answers": meta.get("n_answers"), **asked,
                                 "flagged": int(r["flagged"].sum()) if len(r) else 0,
                                 "too small to judge": len(small)})
     for c in conditions or []:
@@ -58,11 +59,13 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
             sub = r[(r["tone"] == tone) & (r["quantity"] == quant)]
             if sub.empty:
                 continue
-            frame = sub.set_index(sub["attribute"] + " = " + sub["group"].astype(str))
+            small_mark = np.where(sub["too_small"].astype(bool), " (too small)", "")
+            frame = sub.set_index(sub["attribute"] + " = " + sub["group"].astype(str) + small_mark)
             fig = plots.forest(frame, title=f"{WHAT[quant].capitalize()}, {tone} questions", xlabel=WHAT[quant],
                                reference=float(ov.loc[(tone, quant), "estimate"]), flag="flagged")
             sec.figure(f"{quant} {tone}", fig, f"{WHAT[quant].capitalize()} of the {tone} questions per group with "
-                       "its CI; the dashed line is the rate over all answers; flagged groups in the second colour.",
+                       "its CI; the dashed line is the rate over all answers; flagged groups in the second colour; groups "
+                       "marked (too small) are shown but not tested.",
                        data=sub[["attribute", "group", "estimate", "ci_low", "ci_high", "flagged"]].to_dict(orient="list"))
             n_fig += 1
     sec.table("rates", r, "Rates per group and tone, group minus rest, tests.", highlight="flagged")
