@@ -1,6 +1,8 @@
 """The local process pool: order, failures, chunking, initialiser, progress, crashes."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -155,3 +157,27 @@ def test_mask_files_are_found_by_sample_id_or_stem(tmp_path):
         match_masks(d, ["q"], ["a/q.jpg"])
     with pytest.raises(InputFileError, match="no such masks folder"):
         match_masks(tmp_path / "nope", ["q"], ["a/q.jpg"])
+
+
+_CV2_THEN_FORK = """
+import numpy as np, cv2
+from fairvision.engine import imap
+img = (np.random.default_rng(0).random((400, 400, 3)) * 255).astype(np.uint8)
+cv2.GaussianBlur(cv2.resize(img, (900, 900)), (31, 31), 5)  # starts OpenCV's thread pool in the parent
+
+
+def blur(i):
+    import cv2
+    return float(cv2.GaussianBlur(img, (15, 15), 3).mean()) + i
+
+
+print(sum(o.value for o in imap(blur, range(8), workers=2)))
+"""
+
+
+def test_workers_forked_after_opencv_used_its_threads_do_not_hang():
+    """A process that used OpenCV's thread pool, then forks workers: setNumThreads(1) in the child deadlocked;
+    the worker start now sets 0 (the same sequential OpenCV) and the run finishes."""
+    proc = subprocess.run([sys.executable, "-c", _CV2_THEN_FORK], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip()

@@ -101,7 +101,9 @@ def limit_threads(n: int = 1) -> None:
         pass
     cv2 = sys.modules.get("cv2")
     if cv2 is not None:
-        cv2.setNumThreads(n)
+        # 0 (run sequentially), not 1: the same for OpenCV, but setNumThreads(1) deadlocks in a child forked
+        # after the parent's OpenCV thread pool had started, and 0 does not (tests/test_engine.py)
+        cv2.setNumThreads(0 if n <= 1 else n)
 
 
 def silence_native_stderr() -> None:
