@@ -50,6 +50,7 @@ from fairvision.io.images import read_image, write_png
 from fairvision.io.masks import match_masks
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID, read_table
+from fairvision.io.webdataset import is_member_ref, is_shard_pattern, list_samples, member_sha256
 from fairvision.skin.categories import add_categories
 from fairvision.skin.estimators import METHODS
 from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
@@ -89,7 +90,9 @@ def _as_table(source) -> pd.DataFrame:
             df.insert(0, SAMPLE_ID, [Path(str(p)).stem for p in df[IMAGE_PATH]])
     elif isinstance(source, (str, os.PathLike)):
         p = Path(source)
-        if p.is_dir():
+        if is_shard_pattern(source):  # WebDataset tar shards: images read in place by the workers
+            df = list_samples(source)
+        elif p.is_dir():
             df = from_folder(p.resolve())
         elif p.suffix.lower() in IMAGE_SUFFIXES:
             if not p.is_file():
@@ -314,7 +317,9 @@ def measure_images(
     ----------
     table_or_paths : DataFrame, path or iterable of paths
         A sample table with ``image_path`` (other columns are kept), a table
-        file, a folder of images, one image, or a list of image paths.
+        file, a folder of images, one image, a list of image paths, or
+        WebDataset tar shards (a ``.tar``, a folder of them, a glob or
+        ``shard-{000000..000009}.tar``; :func:`fairvision.io.webdataset.list_samples`).
     method : str
         Colour estimator of :func:`fairvision.skin.measure` (``thong``,
         ``thong-published``, ``mean``, ``median_ita``, ``gray_mean``).
@@ -487,7 +492,7 @@ def _store_ids(df: pd.DataFrame, mask_paths: list, phash: str) -> list[tuple[str
     """``(store key, content hash)`` of each image; ``(None, None)`` where the image cannot be read."""
     ids = []
     for path, mask in zip(df[IMAGE_PATH], mask_paths):
-        content = file_sha256(str(path))
+        content = member_sha256(path) if is_member_ref(path) else file_sha256(str(path))
         if content is None:  # unreadable: measured (to a failure row) every time
             ids.append((None, None))
             continue

@@ -28,7 +28,7 @@ skin_app = typer.Typer(
 def measure_cmd(
     source: Path = typer.Argument(
         ..., metavar="IMAGES_OR_FOLDER_OR_TABLE",
-        help="An image, a folder of images, a sample table (CSV, TSV, Parquet, JSON/JSONL) with an image path column, or a listing (.txt: one image path per line).",
+        help="An image, a folder of images, a sample table (CSV, TSV, Parquet, JSON/JSONL) with an image path column, a listing (.txt: one image path per line), or WebDataset tar shards (a .tar, a folder of them, a glob or 'shard-{000000..000009}.tar', quoted).",
     ),
     output: Path = typer.Option(Path("skin.parquet"), "--output", "-o", help="Output table: .parquet, .csv, .tsv, .json or .jsonl (written atomically)."),
     method: str = typer.Option("thong", "--method", "-m", help="Colour estimator: thong (deterministic Thong et al.), thong-published, mean, median_ita, gray_mean."),
@@ -58,7 +58,7 @@ def measure_cmd(
     results = results_store(store, no_store, cache)
     if overlays is not None:
         check_outdir(overlays)
-    if not source.exists():
+    if not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
     df = measure_images(
         source, method=method, mask_method=mask_method, masks_dir=masks, skin_label=skin_label,
@@ -91,7 +91,7 @@ def _load_or_measure(source: Path, method: str, workers: int, faces: str, engine
     from fairvision.audits.skin_batch import measure_images
     from fairvision.io.tables import read_raw_table
 
-    if not source.exists():
+    if not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
     if source.is_file() and source.suffix.lower() in _OUTPUT_SUFFIXES:
         df = read_raw_table(source)

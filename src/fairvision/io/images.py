@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fairvision.errors import InputFileError
+from fairvision.io.webdataset import is_member_ref, parse_ref, read_member
 
 
 def _cv2():
@@ -44,7 +45,9 @@ def read_image(path: str | os.PathLike, *, max_side: int | None = None) -> np.nd
     Parameters
     ----------
     path : path-like
-        Any format OpenCV decodes (JPEG, PNG, BMP, WebP, TIFF, ...).
+        Any format OpenCV decodes (JPEG, PNG, BMP, WebP, TIFF, ...), or a tar
+        member reference ``tar://<shard>#<offset>:<size>/<member>``
+        (:mod:`fairvision.io.webdataset`), read in place from the shard.
     max_side : int, optional
         If given and the longer side exceeds it, the image is downscaled with
         area interpolation so that the longer side equals ``max_side``.
@@ -65,15 +68,19 @@ def read_image(path: str | os.PathLike, *, max_side: int | None = None) -> np.nd
         decode as an image; the message names the path.
     """
     cv2 = _cv2()
-    p = Path(path)
-    try:
-        data = np.fromfile(p, dtype=np.uint8)
-    except FileNotFoundError:
-        raise InputFileError(f"{p}: no such image file") from None
-    except IsADirectoryError:
-        raise InputFileError(f"{p}: is a folder, not an image file") from None
-    except OSError as exc:
-        raise InputFileError(f"{p}: cannot read image: {exc.strerror or exc}") from None
+    if is_member_ref(path):  # a WebDataset tar member: its bytes, read at their offset in the shard
+        p = parse_ref(path).label
+        data = np.frombuffer(read_member(path), dtype=np.uint8)
+    else:
+        p = Path(path)
+        try:
+            data = np.fromfile(p, dtype=np.uint8)
+        except FileNotFoundError:
+            raise InputFileError(f"{p}: no such image file") from None
+        except IsADirectoryError:
+            raise InputFileError(f"{p}: is a folder, not an image file") from None
+        except OSError as exc:
+            raise InputFileError(f"{p}: cannot read image: {exc.strerror or exc}") from None
     if data.size == 0:
         raise InputFileError(f"{p}: the image file is empty")
     arr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH)

@@ -1,0 +1,310 @@
+"""Read WebDataset tar shards: a sample table of the shards and lazy reads of one member's bytes.
+
+A WebDataset is one or more POSIX tar files (shards) in which a sample is the
+set of members sharing a key: the member name up to the first dot of its base
+name (``train/abc123.jpg``, ``train/abc123.json`` and ``train/abc123.cls`` make
+the sample ``train/abc123``). :func:`list_samples` reads the tar headers of every
+shard once (no member is extracted to disk) and returns one row per sample:
+``sample_id`` (the key), ``image_path`` (a member reference, below), ``shard``,
+``member``, the ``.json`` member's fields flattened to columns (nested objects
+joined with ``.``) and the text of ``.cls`` / ``.txt`` members.
+
+An image is named by a short, picklable reference string,
+``tar://<shard>#<offset>:<size>/<member name>``, where ``offset`` is the
+member's data offset in the shard (``TarInfo.offset_data``): :func:`read_member`
+seeks there and reads ``size`` bytes, O(1) whatever the shard's size, so
+worker processes read their images straight from the shards.
+:func:`fairvision.io.images.read_image` accepts these references, and
+:func:`member_sha256` is the content hash of the member's bytes (the same as of
+the image extracted to a file), so the results store keys a tar member as it
+keys the same image in a folder.
+
+Shards are given as a file, a folder (its ``*.tar`` files), a glob
+(``shards/*.tar``) or brace notation (``shard-{000000..000009}.tar``,
+``{train,val}.tar``). Only uncompressed tar is read (a compressed member cannot
+be read at an offset). Errors are one line naming the shard and member: a
+corrupt or truncated tar, a sample without an image, a key in two shards, a
+``.json`` member that is not a JSON object.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import json
+import os
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from fairvision.errors import InputFileError
+
+#: Prefix of a tar member reference (``tar://<shard>#<offset>:<size>/<member>``).
+TAR_SCHEME = "tar://"
+#: Shard file suffixes.
+SHARD_SUFFIXES = (".tar",)
+#: Image extensions of a sample, in order of preference when a sample has several.
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff")
+#: Text members read into columns named by their extension.
+TEXT_EXTENSIONS = ("cls", "txt")
+#: Columns set by the reader; ``.json`` fields of these names are ignored.
+RESERVED_COLUMNS = ("sample_id", "image_path", "shard", "member")
+
+_REF_RE = re.compile(r"^tar://(.+?)#(\d+):(\d+)/(.*)$", re.S)
+_BRACE_RE = re.compile(r"\{([^{}]*)\}")
+_RANGE_RE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_TEXT_LIMIT = 1 << 16  # .cls / .txt members larger than this are not read into the table
+# SHA-256 of members already hashed in this process, by (shard, size, mtime_ns, inode, offset, length)
+_MEMBER_HASHES: dict[tuple, str] = {}
+
+
+@dataclass(frozen=True)
+class MemberRef:
+    """Where one member's bytes lie in a shard: ``shard`` path, data ``offset``, ``size``, member ``name``."""
+
+    shard: str
+    offset: int
+    size: int
+    name: str
+
+    def __str__(self) -> str:
+        return f"{TAR_SCHEME}{self.shard}#{self.offset}:{self.size}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        """``<shard>: member <name>``, for messages."""
+        return f"{self.shard}: member {self.name}"
+
+
+def is_member_ref(path) -> bool:
+    """Whether ``path`` is a tar member reference (``tar://...``)."""
+    return isinstance(path, (str, MemberRef)) and (isinstance(path, MemberRef) or path.startswith(TAR_SCHEME))
+
+
+def parse_ref(ref: str | MemberRef) -> MemberRef:
+    """The :class:`MemberRef` of a ``tar://<shard>#<offset>:<size>/<member>`` string."""
+    if isinstance(ref, MemberRef):
+        return ref
+    m = _REF_RE.match(str(ref))
+    if m is None:
+        raise InputFileError(f"{ref}: not a tar member reference (tar://<shard>#<offset>:<size>/<member>)")
+    return MemberRef(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4))
+
+
+def read_member(ref: str | MemberRef) -> bytes:
+    """The bytes of one tar member, read at its offset (nothing is extracted).
+
+    Raises
+    ------
+    InputFileError
+        The shard is missing or unreadable, or ends before the member does; the message names both.
+    """
+    r = parse_ref(ref)
+    try:
+        with open(r.shard, "rb") as fh:
+            fh.seek(r.offset)
+            data = fh.read(r.size)
+    except FileNotFoundError:
+        raise InputFileError(f"{r.shard}: no such tar shard (member {r.name})") from None
+    except OSError as exc:
+        raise InputFileError(f"{r.label}: cannot read: {exc.strerror or exc}") from None
+    if len(data) != r.size:
+        raise InputFileError(f"{r.label}: the shard ends inside the member (truncated tar)")
+    return data
+
+
+def member_sha256(ref: str | MemberRef) -> str | None:
+    """SHA-256 of one member's bytes (None when it cannot be read), remembered for this process."""
+    r = parse_ref(ref)
+    try:
+        st = os.stat(r.shard)
+    except OSError:
+        return None
+    sig = (os.path.abspath(r.shard), st.st_size, st.st_mtime_ns, st.st_ino, r.offset, r.size)
+    hit = _MEMBER_HASHES.get(sig)
+    if hit is None:
+        try:
+            hit = hashlib.sha256(read_member(r)).hexdigest()
+        except InputFileError:
+            return None
+        _MEMBER_HASHES[sig] = hit
+    return hit
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand brace notation: ``{000..009}`` (numeric range, zero padding kept) and ``{a,b,c}``, any number of groups."""
+    m = _BRACE_RE.search(pattern)
+    if m is None:
+        return [pattern]
+    body = m.group(1)
+    rng = _RANGE_RE.match(body)
+    if rng is not None:
+        lo, hi = rng.group(1), rng.group(2)
+        a, b = int(lo), int(hi)
+        width = len(lo) if (lo.lstrip("-").startswith("0") and len(lo.lstrip("-")) > 1) or len(lo) == len(hi) else 0
+        step = 1 if b >= a else -1
+        alts = [str(v).zfill(width) for v in range(a, b + step, step)]
+    elif "," in body:
+        alts = body.split(",")
+    else:
+        raise InputFileError(f"{pattern}: cannot expand {{{body}}} (use {{000..009}} or {{a,b}})")
+    head, tail = pattern[: m.start()], pattern[m.end():]
+    return list(itertools.chain.from_iterable(expand_braces(head + alt + tail) for alt in alts))
+
+
+def is_shard_pattern(source) -> bool:
+    """Whether ``source`` names tar shards: a ``.tar`` file, a glob or brace pattern ending in ``.tar``,
+    or a folder holding ``*.tar`` files and no images."""
+    s = str(source)
+    if s.lower().endswith(SHARD_SUFFIXES):
+        return True
+    p = Path(s)
+    if p.is_dir():
+        with os.scandir(p) as it:
+            names = [e.name.lower() for e in it if e.is_file()]
+        has_tar = any(n.endswith(SHARD_SUFFIXES) for n in names)
+        return has_tar and not any(n.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS for n in names if "." in n)
+    return False
+
+
+def expand_shards(source: str | os.PathLike) -> list[str]:
+    """The shard files of ``source`` (a file, a folder, a glob or a brace pattern), absolute, in order.
+
+    A folder gives its ``*.tar`` files sorted by name; a glob its matches sorted;
+    a brace pattern its expansions in order (each may be a glob). Raises
+    :class:`InputFileError` when nothing matches or a named shard is missing.
+    """
+    s = str(source)
+    p = Path(s)
+    if p.is_dir():
+        found = sorted(str(q) for q in p.iterdir() if q.suffix.lower() in SHARD_SUFFIXES and q.is_file())
+        if not found:
+            raise InputFileError(f"{s}: no tar shards (*.tar) in this folder")
+        return [os.path.abspath(f) for f in found]
+    shards: list[str] = []
+    for pat in expand_braces(s):
+        if glob.has_magic(pat):
+            matches = sorted(glob.glob(pat))
+            if not matches:
+                raise InputFileError(f"{pat}: no tar shard matches")
+            shards.extend(matches)
+        elif os.path.isfile(pat):
+            shards.append(pat)
+        else:
+            raise InputFileError(f"{pat}: no such tar shard")
+    return list(dict.fromkeys(os.path.abspath(x) for x in shards))
+
+
+def split_key(name: str) -> tuple[str, str]:
+    """``(key, extension)`` of a member name: WebDataset's rule, the key ends at the first dot of the base name."""
+    head, _, base = name.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    return (f"{head}/{stem}" if head else stem), (ext.lower() if dot else "")
+
+
+def _flatten(obj: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _shard_samples(shard: str) -> list[dict]:
+    """One record per sample of one shard (members grouped by key, image chosen, metadata read)."""
+    groups: dict[str, dict[str, tarfile.TarInfo]] = {}
+    size = os.path.getsize(shard)
+    try:
+        with tarfile.open(shard, mode="r:") as tf:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                key, ext = split_key(m.name)
+                if not ext or key.rpartition("/")[2] == "":
+                    continue  # no extension, or a hidden file (".name"): not part of a sample
+                if m.offset_data + m.size > size:
+                    raise InputFileError(f"{shard}: member {m.name}: the shard ends inside the member (truncated tar)")
+                sample = groups.setdefault(key, {})
+                if ext in sample:
+                    raise InputFileError(f"{shard}: member {m.name}: a second {ext!r} member for sample {key!r}")
+                sample[ext] = m
+            records = []
+            for key, members in groups.items():
+                img_ext = next((e for e in IMAGE_EXTENSIONS if e in members), None)
+                if img_ext is None:
+                    raise InputFileError(f"{shard}: sample {key!r} has no image member "
+                                         f"({', '.join(sorted(m.name for m in members.values()))})")
+                im = members[img_ext]
+                rec: dict = {"sample_id": key, "image_path": str(MemberRef(shard, im.offset_data, im.size, im.name)),
+                             "shard": shard, "member": im.name}
+                if "json" in members:
+                    jm = members["json"]
+                    try:
+                        meta = json.loads(tf.extractfile(jm).read().decode("utf-8"))
+                    except (ValueError, UnicodeDecodeError) as exc:
+                        raise InputFileError(f"{shard}: member {jm.name}: not valid JSON ({exc})") from None
+                    if not isinstance(meta, dict):
+                        raise InputFileError(f"{shard}: member {jm.name}: not a JSON object")
+                    rec.update({k: v for k, v in _flatten(meta).items() if k not in RESERVED_COLUMNS})
+                for ext in TEXT_EXTENSIONS:
+                    if ext in members and members[ext].size <= _TEXT_LIMIT:
+                        text = tf.extractfile(members[ext]).read().decode("utf-8", "replace").strip()
+                        rec[ext] = int(text) if ext == "cls" and re.fullmatch(r"-?\d+", text) else text
+                records.append(rec)
+    except tarfile.TarError as exc:
+        raise InputFileError(f"{shard}: not a readable tar shard ({exc})") from None
+    except (OSError, EOFError) as exc:
+        raise InputFileError(f"{shard}: cannot read the tar shard ({exc})") from None
+    return records
+
+
+def list_samples(source: str | os.PathLike) -> pd.DataFrame:
+    """The sample table of WebDataset shards, one row per sample, without extracting anything.
+
+    Parameters
+    ----------
+    source : path or str
+        A ``.tar`` shard, a folder of shards, a glob (``shards/*.tar``) or a
+        brace pattern (``shard-{000000..000009}.tar``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``sample_id`` (the key), ``image_path`` (``tar://`` member reference,
+        readable with :func:`fairvision.io.images.read_image`), ``shard``,
+        ``member`` (the image member's name), then the ``.json`` fields
+        (nested objects flattened with ``.``, e.g. ``attributes.age``) and the
+        ``cls`` / ``txt`` text, in shard order then member order.
+        ``df.attrs["source"]`` is ``source``.
+
+    Raises
+    ------
+    InputFileError
+        No shard matches; a shard is not a readable (uncompressed) tar or is
+        truncated; a sample has no image member; a key occurs in two shards;
+        a ``.json`` member is not a JSON object. One line naming the shard and member.
+    """
+    records: list[dict] = []
+    seen: dict[str, str] = {}
+    for shard in expand_shards(source):
+        for rec in _shard_samples(shard):
+            first = seen.setdefault(rec["sample_id"], shard)
+            if first != shard:
+                raise InputFileError(f"{shard}: sample key {rec['sample_id']!r} is also in {first} "
+                                     f"(member {rec['member']}); keys must be unique across shards")
+            records.append(rec)
+    if not records:
+        raise InputFileError(f"{source}: the shards hold no samples")
+    df = pd.DataFrame.from_records(records)
+    df.attrs["source"] = str(source)
+    return df
