@@ -286,6 +286,24 @@ def apply_missing(data: pd.DataFrame, attrs: list[str], missing: str, schema, *,
     return data, schema
 
 
+def prepare_samples(data: pd.DataFrame, attrs: list[str], *, id_col: str, missing: str, schema,
+                    max_k: int = 1, min_subjects: int = 1) -> tuple[pd.DataFrame, object, str, int]:
+    """The checks every probe makes of its sample table (docs/METHODS.md §12.1): ``max_k`` and ``min_subjects``
+    at least 1, one row per id, the ``missing`` rule for empty attribute cells. Returns the table (index reset, its
+    ``source`` kept), the schema, the source name and the number of rows before any were dropped."""
+    if int(max_k) < 1:
+        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
+    if int(min_subjects) < 1:
+        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
+    source = data.attrs.get("source", "samples")
+    data = data.reset_index(drop=True)
+    data.attrs = {**data.attrs, "source": source}
+    check_unique_ids(data, id_col, source)
+    n_rows = len(data)
+    data, schema = apply_missing(data, attrs, missing, schema, source=source)
+    return data, schema, source, n_rows
+
+
 def check_unique_ids(data: pd.DataFrame, id_col: str, source: str) -> None:
     """One row per sample: a repeated id is a one-line error naming the table and the id."""
     if id_col not in data.columns:
@@ -368,10 +386,6 @@ def audit_vlm(
     -------
     VLMResult
     """
-    if int(max_k) < 1:
-        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
-    if int(min_subjects) < 1:
-        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
     img_src = "image embeddings" if not isinstance(image_embeddings, (str, Path)) else str(image_embeddings)
     txt_src = "text embeddings" if not isinstance(text_embeddings, (str, Path)) else str(text_embeddings)
     x, ids = read_embeddings(image_embeddings)
@@ -382,12 +396,8 @@ def audit_vlm(
     sets = load_prompt_sets() if prompt_sets is None else prompt_sets
     probe = pick_probe(tlabels, sets, probe, source=txt_src)
     order = list(sets[probe]) if probe else list(dict.fromkeys(tlabels))
-    source = data.attrs.get("source", "samples")
-    data = data.reset_index(drop=True)
-    data.attrs = {**data.attrs, "source": source}
-    check_unique_ids(data, id_col, source)
-    n_rows = len(data)
-    data, schema = apply_missing(data, attrs, missing, schema, source=source)
+    data, schema, source, n_rows = prepare_samples(data, attrs, id_col=id_col, missing=missing, schema=schema,
+                                                   max_k=max_k, min_subjects=min_subjects)
     pos = _align(data, ids, id_col, img_src)
     if combine == "mean":
         vec, labels = label_embeddings(t, tlabels, order)

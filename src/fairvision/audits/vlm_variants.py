@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.vlm import apply_missing, check_unique_ids
+from fairvision.audits.vlm import prepare_samples
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import SEP, cell_counts, intersections, subject_codes
 from fairvision.io.atomic import atomic_output_dir, atomic_write_bytes
@@ -256,16 +256,8 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
     -------
     VariantComparison
     """
-    if int(max_k) < 1:
-        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
-    if int(min_subjects) < 1:
-        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
-    source = data.attrs.get("source", "samples")
-    data = data.reset_index(drop=True)
-    data.attrs = {**data.attrs, "source": source}
-    check_unique_ids(data, id_col, source)
-    n_rows = len(data)
-    data, schema = apply_missing(data, attrs, missing, schema, source=source)
+    data, schema, source, n_rows = prepare_samples(data, attrs, id_col=id_col, missing=missing, schema=schema,
+                                                   max_k=max_k, min_subjects=min_subjects)
     ids = data[id_col].astype(str)
     p1 = _predicted(first, ids, id_col, names[0])
     p2 = _predicted(second, ids, id_col, names[1])

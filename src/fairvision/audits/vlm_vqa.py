@@ -27,7 +27,7 @@ from scipy.stats import chi2 as chi2_dist
 
 from fairvision.engine.cache import content_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.audits.vlm import MIN_SUBJECTS, apply_missing, check_unique_ids, quantity_key
+from fairvision.audits.vlm import MIN_SUBJECTS, prepare_samples, quantity_key
 from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table
@@ -550,16 +550,8 @@ def audit_vqa(
     words = toxic_words if isinstance(toxic_words, list) else load_toxic_words(toxic_words)
     if not attrs:
         raise FairvisionError("give at least one attribute (--attr)")
-    if int(max_k) < 1:
-        raise FairvisionError(f"max_k must be at least 1, not {max_k}")
-    if int(min_subjects) < 1:
-        raise FairvisionError(f"min_subjects must be at least 1, not {min_subjects}")
-    source = data.attrs.get("source", "samples")
-    data = data.reset_index(drop=True)
-    data.attrs = {**data.attrs, "source": source}
-    check_unique_ids(data, id_col, source)
-    n_rows = len(data)
-    data, schema = apply_missing(data, attrs, missing, schema, source=source)
+    data, schema, source, n_rows = prepare_samples(data, attrs, id_col=id_col, missing=missing, schema=schema,
+                                                   max_k=max_k, min_subjects=min_subjects)
     if subject_col is not None and subject_col not in data.columns:
         subject_col = None if subject_col == "subject_id" else subject_col
     clusters = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
