@@ -91,8 +91,9 @@ def limit_threads(n: int = 1) -> None:
     with OpenBLAS's default 2 threads and 50 ms with 1, for the same wall time
     in a single process.
     """
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(n)  # for libraries loaded later
+    # for libraries loaded later (OpenCV's own pool reads OPENCV_FOR_THREADS_NUM, not OMP_NUM_THREADS)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENCV_FOR_THREADS_NUM"):
+        os.environ[var] = str(n)
     try:
         from threadpoolctl import threadpool_limits  # lazy: optional, 0.1 s to import, only in workers
 
