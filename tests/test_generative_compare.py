@@ -199,3 +199,117 @@ def test_cli_end_to_end_two_real_runs(tmp_path, capsys):
     ws = pd.read_parquet(out / "tables" / "generative-compare__word-scores-side-by-side.parquet")
     doc = ws[(ws["property"] == "skin_L") & (ws["word"] == "doctor")].iloc[0]
     assert doc["darkens"] < -5 and abs(doc["neutral"]) < 2
+
+
+# -- regressions (review 3) -------------------------------------------------------------------------------------------
+
+def test_one_seed_photo_gives_no_topic_or_model_test():
+    """One seed: every resample is the same photo, the bootstrap SE is float noise; it must not give p = 0 flags."""
+    a, b = _run("a", {"doctor": -30.0, "nurse": 20.0}, 1, n_seeds=1, noise=0.1), _run("b", {}, 2, n_seeds=1, noise=0.1)
+    cmp = compare_generative([a, b], n_boot=100)
+    for tests in (cmp.topic_tests, cmp.model_tests):
+        assert tests["pvalue"].isna().all() and tests["ci_low"].isna().all() and not tests["flagged"].any()
+    m = cmp.model_tests.loc[("skin_L", "a", "b")]
+    assert m["estimate"] == pytest.approx(m["score_a"] - m["score_b"]) and m["estimate"] > 5  # still reported
+    assert cmp.quantities()["n_flagged_differences"] == 0
+    assert not cmp.ranking["flagged"].any() and cmp.ranking["pvalue"].isna().all()
+    assert any("need at least 2 seed photos" in n and "all words" in n for n in cmp.notes)
+    # two seeds are enough to test
+    two = compare_generative([_run("a", {"doctor": -30.0}, 1, n_seeds=2), _run("b", {}, 2, n_seeds=2)], n_boot=100)
+    assert two.model_tests["pvalue"].notna().all() and not any("need at least" in n for n in two.notes)
+    # per topic: activities keeps one common seed (b lost the others), professions all three
+    b3 = _run("b", {}, 2, n_seeds=3)
+    b3.pairs.loc[(b3.pairs["topic"] == "activities") & (b3.pairs["seed_id"] != "p00"), "skin_L"] = np.nan
+    c3 = compare_generative([_run("a", {}, 1, n_seeds=3), b3], n_boot=100)
+    tt = c3.topic_tests.xs("skin_L", level="property")
+    assert np.isnan(tt.loc[("activities", "a", "b"), "pvalue"]) and np.isfinite(tt.loc[("professions", "a", "b"), "pvalue"])
+    assert any("topic activities" in n for n in c3.notes)
+
+
+def test_paired_difference_test_float_noise_se_is_zero():
+    from fairvision.stats.paired import paired_difference_test
+    ra = np.array([0.1 + 0.2, 0.3] * 25)  # 0.30000000000000004 and 0.3: an SE of ~3e-17, not a real spread
+    rb = np.full(50, 0.3)
+    assert 0 < np.std(ra - rb, ddof=1) < 1e-15
+    r = paired_difference_test(0.5, 0.2, ra, rb)
+    assert np.isnan(r.pvalue) and r.se == 0 and r.estimate == pytest.approx(0.3)  # was p = 0
+    assert paired_difference_test(0.3, 0.3, ra, rb).pvalue == 1.0
+    # an SE just above the tolerance is a real (tiny) spread: tested as before
+    rc = rb + np.array([0.0, 1e-9] * 25)
+    r2 = paired_difference_test(2e-9, 0.0, rc, rb)
+    assert r2.pvalue == pytest.approx(2 * sps.norm.sf(2e-9 / np.std(rc - rb, ddof=1)))
+
+
+def test_same_run_twice_is_an_error(tmp_path, capsys):
+    a = _run("a", {"doctor": -5.0}, 1)
+    with pytest.raises(FairvisionError, match=r"^compare: generator a is given twice \(inputs 1 and 2\)"):
+        compare_generative([a, a])
+    with pytest.raises(FairvisionError, match="given twice"):
+        compare_generative([a, _run("b", {}, 2), a], names=["x", "y", "z"])
+    folder = _write_run(tmp_path / "ra", a)
+    with pytest.raises(FairvisionError, match=r"given twice \(inputs 1 and 2\)"):
+        compare_generative([folder, tmp_path / "ra" / ".." / "ra"])
+    capsys.readouterr()
+    assert main(["audit", "generative", "compare", str(folder), str(folder), "-o", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "generator a of" in err and "given twice" in err
+    assert not (tmp_path / "bad").exists()
+    # a copy of the same outputs under another generator name is a different input: allowed
+    compare_generative([a, GenerativeRun("copy", a.pairs.assign(generator="b"))], n_boot=20)
+
+
+def test_design_check_compares_keys_as_strings():
+    a = _run("a", {"doctor": -6.0}, 1, seeds=list(range(16)))
+    b = _run("b", {}, 2, seeds=[str(s) for s in range(16)])
+    mixed = compare_generative([a, b], n_boot=100)
+    same = compare_generative([GenerativeRun("synthetic", a.pairs.assign(seed_id=a.pairs["seed_id"].astype(str))), b],
+                              n_boot=100)
+    assert mixed.settings["n_seeds"] == 16
+    pd.testing.assert_frame_equal(mixed.word_tests, same.word_tests)
+    pd.testing.assert_frame_equal(mixed.model_tests, same.model_tests)
+    # an int topic vs its string is the same topic, as in the analysis
+    c = _run("c", {}, 3, words={**{w: 1 for w in TOPIC1}, **{w: "activities" for w in TOPIC2}})
+    d = _run("d", {}, 4, words={**{w: "1" for w in TOPIC1}, **{w: "activities" for w in TOPIC2}})
+    assert list(compare_generative([c, d], n_boot=20).settings["topics"]) == ["1", "activities"]
+    # seeds that differ as strings still differ
+    e = _run("e", {}, 5, seeds=[float(s) for s in range(16)])
+    with pytest.raises(FairvisionError, match=r"seeds of a \(run 1\) and e \(run 2\) are not the same: 16 only in a"):
+        compare_generative([a, e])
+
+
+def _section_text(sec):
+    return [f.sentence for f in sec.findings], [b["text"] for b in sec.blocks if b["type"] == "note"]
+
+
+def test_report_says_no_difference_only_when_nothing_is_flagged():
+    from fairvision.report.sections.generative import compare_section
+    shifts = {"doctor": -5.0}
+    cmp = compare_generative([_run("a", shifts, 10), _run("b", shifts, 11), _run("c", shifts, 12)], n_boot=100)
+    assert cmp.quantities()["n_flagged_differences"] == 0
+    findings, _ = _section_text(compare_section(cmp))
+    assert any(f.startswith("No generator differs") for f in findings)
+    # a topic difference flagged between two generators that are not the topic's most and least biased
+    rk = cmp.ranking.loc[("skin_L", "professions")]
+    other = next(i for i, r in cmp.topic_tests.xs("professions", level="topic", drop_level=False).iterrows()
+                 if {i[2], i[3]} != {rk["most"], rk["least"]})
+    cmp.topic_tests.loc[other, "flagged"] = True
+    assert not cmp.ranking["flagged"].any() and not cmp.word_tests["flagged"].any()
+    findings, notes = _section_text(compare_section(cmp))
+    assert not any(f.startswith("No generator differs") for f in findings)
+    assert any(n.startswith("1 more flagged topic or model differences") for n in notes)
+
+
+def test_model_topic_name_n_boot_and_setting_notes():
+    words = {**{w: "model" for w in TOPIC1}, **{w: "activities" for w in TOPIC2}}
+    with pytest.raises(FairvisionError, match=r"^compare: a topic is named 'model'"):
+        compare_generative([_run("a", {}, 1, words=words), _run("b", {}, 2, words=words)])
+    a, b = _run("a", {}, 1), _run("b", {}, 2)
+    with pytest.raises(FairvisionError, match=r"^compare: n_boot must be at least 1 \(got 0\)$"):
+        compare_generative([a, b], n_boot=0)
+    a.settings = {"alpha": 0.01, "level": 0.95}
+    b.settings = {"alpha": 0.05, "level": 0.9}
+    cmp = compare_generative([a, b], n_boot=20)
+    assert "the runs used alpha 0.01 (run 1), 0.05 (run 2); this comparison uses alpha 0.05" in cmp.notes
+    assert "the runs used level 0.95 (run 1), 0.9 (run 2); this comparison uses level 0.95" in cmp.notes
+    a.settings = b.settings = {"alpha": 0.05, "level": 0.95}
+    assert not any("the runs used" in n for n in compare_generative([a, b], n_boot=20).notes)

@@ -30,6 +30,10 @@ from fairvision.stats.resample import DEFAULT_LEVEL, cluster_bootstrap_weights, 
 from fairvision.stats.results import TestResult
 
 
+#: relative size below which a bootstrap standard error is float noise (treated as zero)
+ZERO_SE_RTOL = 1e-12
+
+
 @dataclass
 class PairedDifferenceResult(TestResult):
     """Difference ``a - b`` of two statistics with a paired-bootstrap CI and p-value (docs/METHODS.md §11.3).
@@ -73,7 +77,10 @@ def paired_difference_test(estimate_a: float, estimate_b: float, replicates_a, r
     Returns
     -------
     PairedDifferenceResult
-        NaN everywhere when no replicate pair is finite.
+        NaN everywhere when no replicate pair is finite. A standard error
+        of at most ``1e-12 * max(1, |a|, |b|)`` counts as zero (all
+        replicates alike, e.g. one subject): then ``pvalue`` is 1 when the
+        difference is zero too and NaN (not testable) otherwise, never 0.
     """
     ra = np.asarray(replicates_a, dtype=float)
     rb = np.asarray(replicates_b, dtype=float)
@@ -86,10 +93,13 @@ def paired_difference_test(estimate_a: float, estimate_b: float, replicates_a, r
         return PairedDifferenceResult(diff, float("nan"), diff, float("nan"), float("nan"), float("nan"), level, 0)
     lo, hi = percentile_ci(d, level)
     se = float(np.std(d, ddof=1)) if d.size > 1 else float("nan")
+    # a standard error at float-noise size is zero: identical resamples (one subject) carry no variability
+    tol = ZERO_SE_RTOL * max(1.0, abs(float(estimate_a)), abs(float(estimate_b)))
     if not np.isfinite(se):
         p = float("nan")
-    elif se == 0:
-        p = 1.0 if diff == 0 else 0.0
+    elif se <= tol:
+        se = 0.0
+        p = 1.0 if abs(diff) <= tol else float("nan")
     else:
         p = float(2.0 * norm.sf(abs(diff) / se))
     return PairedDifferenceResult(diff, p, diff, se, float(lo), float(hi), level, int(d.size))

@@ -44,8 +44,10 @@ DESIGN_FILE = "generative/design.json"
 #: columns of the saved pair table (the properties are those that were assessed)
 PAIR_KEYS = ["generator", "seed_id", "topic", "word"]
 PAIR_EXTRA = ["prompt", "seed", "ok", "face_lost"]
-#: the scope name of the model-level rows of the ranking
+#: the scope name of the model-level rows of the ranking (a topic may not have this name)
 MODEL_SCOPE = "model"
+#: fewest seed photos with common pairs for a topic or model difference to be tested (one gives identical resamples)
+MIN_SEEDS = 2
 
 
 @dataclass
@@ -139,6 +141,13 @@ def load_run(folder: str | os.PathLike) -> GenerativeRun:
             raise InputFileError(f"{dp}: cannot read ({exc})") from exc
     return GenerativeRun(name=str(design.get("name", folder.name)), pairs=pairs, settings=design.get("settings", {}),
                          source=str(folder))
+
+
+def _identity(x) -> object:
+    """What makes two inputs the same run: the resolved folder, or the same pair table object."""
+    if isinstance(x, (str, os.PathLike)):
+        return ("folder", str(Path(x).resolve()))
+    return ("object", id(getattr(x, "pairs", x)))
 
 
 def _as_run(x, i: int) -> GenerativeRun:
@@ -268,8 +277,8 @@ def _few(values, k: int = 3) -> str:
 def _check_design(ref: tuple[str, pd.DataFrame], other: tuple[str, pd.DataFrame], where: dict) -> None:
     """One-line error naming what differs between two generators' seeds x words designs."""
     (la, a), (lb, b) = ref, other
-    for what, col in (("seeds", "seed_id"), ("words", "word")):
-        sa, sb = set(a[col]), set(b[col])
+    for what, col in (("seeds", "seed_id"), ("words", "word")):  # as strings, as the analysis keys them
+        sa, sb = set(a[col].astype(str)), set(b[col].astype(str))
         if sa != sb:
             parts = []
             if sa - sb:
@@ -278,6 +287,8 @@ def _check_design(ref: tuple[str, pd.DataFrame], other: tuple[str, pd.DataFrame]
                 parts.append(f"{len(sb - sa)} only in {lb} ({_few(sb - sa)})")
             raise FairvisionError(f"the designs differ: {what} of {la} ({where[la]}) and {lb} ({where[lb]}) are not "
                                   f"the same: {'; '.join(parts)}")
+    a = a.assign(word=a["word"].astype(str), topic=a["topic"].astype(str))
+    b = b.assign(word=b["word"].astype(str), topic=b["topic"].astype(str))
     ta = a.drop_duplicates("word").set_index("word")["topic"]
     tb = b.drop_duplicates("word").set_index("word")["topic"].reindex(ta.index)
     bad = ta.index[ta.to_numpy() != tb.to_numpy()]
@@ -347,10 +358,31 @@ def compare_generative(
     Returns
     -------
     GenerativeComparison
+        Topic and model differences over fewer than two seed photos with
+        common pairs are not tested (NaN p-value and CI, a note).
+
+    Raises
+    ------
+    FairvisionError
+        Fewer than two generators, the same generator of the same run
+        twice, designs that differ (seed ids, words and topics compared as
+        text), a topic named ``model``, ``n_boot < 1``, an unknown property.
     """
-    runs = [_as_run(x, i) for i, x in enumerate(runs)]
+    inputs = list(runs)
+    if int(n_boot) < 1:
+        raise FairvisionError(f"compare: n_boot must be at least 1 (got {n_boot})")
+    runs = [_as_run(x, i) for i, x in enumerate(inputs)]
     if not runs:
         raise FairvisionError("compare: give at least two generative runs")
+    seen: dict = {}
+    for i, (x, r) in enumerate(zip(inputs, runs)):
+        for g in r.generators:
+            key = (_identity(x), g)
+            if key in seen:
+                where = f" of {r.source}" if key[0][0] == "folder" else ""
+                raise FairvisionError(f"compare: generator {g}{where} is given twice (inputs {seen[key] + 1} and "
+                                      f"{i + 1}); compare different runs or generators")
+            seen[key] = i
     labels = _labels(runs, names)
     if len(labels) < 2:
         raise FairvisionError(f"compare: only one generator ({labels[0][1]} in {runs[0].source}); give at least two")
@@ -360,6 +392,11 @@ def compare_generative(
     for r in runs[1:]:
         if r.settings.get("min_effect") and r.settings.get("min_effect") != runs[0].settings.get("min_effect"):
             notes.append(f"{r.source} used other minimum effects; the comparison uses {runs[0].source}'s")
+    for key, value in (("alpha", alpha), ("level", level)):
+        used = {r.source: r.settings[key] for r in runs if r.settings.get(key) is not None}
+        if any(float(v) != float(value) for v in used.values()):
+            notes.append(f"the runs used {key} " + ", ".join(f"{v:g} ({src})" for src, v in used.items())
+                         + f"; this comparison uses {key} {float(value):g}")
     parts = {}
     for i, g, lab in labels:
         p = runs[i].pairs
@@ -392,6 +429,9 @@ def compare_generative(
     W, S, G = len(words), len(seeds), len(labels)
     glabels = [lab for *_, lab in labels]
     topics = pd.Index(pd.unique(topic_of.astype(str).to_numpy()))
+    if MODEL_SCOPE in topics:
+        raise FairvisionError(f"compare: a topic is named {MODEL_SCOPE!r}, the ranking's name for the scores over all "
+                              "words; rename that topic in the words file and rerun the audits")
     tcode = topics.get_indexer(topic_of.astype(str).to_numpy())
     weights = cluster_bootstrap_weights(S, int(n_boot), seed)
     wgrid, sgrid = np.meshgrid(np.arange(W), np.arange(S), indexing="ij")
@@ -444,7 +484,14 @@ def compare_generative(
                 row = {"property": prop, "generator": lab, "n_words": nw, "estimate": e, "ci_low": float(lo),
                        "ci_high": float(hi), "level": level}
                 (rows_m if t is None else rows_t).append(row if t is None else {**row, "topic": t})
-        # generator pairs
+        # generator pairs; topic and model differences need two seeds with common pairs (one: identical resamples)
+        n_seed_scope = [int(common[np.ones(W, bool) if t is None else tcode == t_i].any(axis=0).sum())
+                        for t_i, t in enumerate([*topics, None])]
+        few = [("all words" if t is None else f"topic {t}") for t, n in zip([*topics, None], n_seed_scope)
+               if n < MIN_SEEDS]
+        if few:
+            notes.append(f"{prop}: topic and model differences need at least {MIN_SEEDS} seed photos with pairs every "
+                         f"generator has; not tested for {_few(few)}")
         wt_start, tt_start, mt_start = len(rows_wt), len(rows_tt), len(rows_mt)
         for a, b in ((a, b) for a in range(G) for b in range(a + 1, G)):  # pairs of generators
             dre = reps[a] - reps[b]
@@ -455,12 +502,14 @@ def compare_generative(
                 rows_wt.append({"property": prop, "word": w, "a": glabels[a], "b": glabels[b],
                                 "topic": topics[tcode[j]], "n": int(d.size), "estimate": est[a, j] - est[b, j],
                                 "ci_low": lo[j], "ci_high": hi[j], "level": level, "statistic": stat, "pvalue": p})
-            for t in [*topics, None]:
+            for t_i, t in enumerate([*topics, None]):
                 (ea, ra), (eb, rb) = tscore[(t, glabels[a])], tscore[(t, glabels[b])]
                 r = paired_difference_test(ea, eb, ra, rb, level=level)
                 row = {"property": prop, "a": glabels[a], "b": glabels[b], "score_a": ea, "score_b": eb,
                        "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "level": level, "se": r.se,
                        "statistic": r.statistic, "pvalue": r.pvalue}
+                if n_seed_scope[t_i] < MIN_SEEDS:  # every resample alike: no interval, no test
+                    row |= {"ci_low": np.nan, "ci_high": np.nan, "se": np.nan, "statistic": np.nan, "pvalue": np.nan}
                 (rows_mt if t is None else rows_tt).append(row if t is None else {**row, "topic": t})
         for rows, start in ((rows_wt, wt_start), (rows_tt, tt_start), (rows_mt, mt_start)):
             fam = rows[start:]

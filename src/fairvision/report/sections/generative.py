@@ -209,7 +209,11 @@ def compare_section(cmp, *, conditions: list[dict] | None = None) -> Section:
                 topic=f"generative-compare:{prop}:{word}:{a}:{b}")
         if len(part) > len(top):
             sec.note(f"{prop}: {len(part) - len(top)} more flagged word differences are in the word differences table.")
-    if not rk["flagged"].any() and flagged_w.empty:
+    n_other = int(q["n_flagged_topic_differences"] + q["n_flagged_model_differences"]) - int(rk["flagged"].sum())
+    if n_other > 0:  # flagged pairs other than a scope's most and least biased generators
+        sec.note(f"{n_other} more flagged topic or model differences between other pairs of generators are in the "
+                 "topic and model differences tables.", "finding")
+    if q["n_flagged_differences"] == 0:
         sec.finding(f"No generator differs from another beyond the minimum effects ({s['correction']}-corrected, "
                     f"alpha {s['alpha']}).", "info", target="key figures")
     for prop in PLOTTED:
