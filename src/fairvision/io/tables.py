@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.io.webdataset import parse_ref
 
 SAMPLE_ID = "sample_id"
 SUBJECT_ID = "subject_id"
@@ -192,7 +193,9 @@ def read_table(
     if IMAGE_PATH in df.columns:
         root = Path(image_root) if image_root is not None else path.parent
         df[IMAGE_PATH] = [
-            None if (p is None or (isinstance(p, float) and np.isnan(p))) else str((root / str(p)) if not os.path.isabs(str(p)) else Path(str(p)))
+            None if (p is None or (isinstance(p, float) and np.isnan(p)))
+            else str(p) if str(p).startswith("tar://")  # a WebDataset member reference: already absolute
+            else str((root / str(p)) if not os.path.isabs(str(p)) else Path(str(p)))
             for p in df[IMAGE_PATH]
         ]
     df.attrs["source"] = str(path)
@@ -236,7 +239,12 @@ def validate_sample_table(
         if IMAGE_PATH not in df.columns:
             raise ColumnError(f"{source}: no image_path column; images are needed for this step")
         for i, p in enumerate(df[IMAGE_PATH]):
-            if p is None or (isinstance(p, float) and np.isnan(p)) or not os.path.isfile(str(p)):
+            missing = p is None or (isinstance(p, float) and np.isnan(p))
+            if not missing and str(p).startswith("tar://"):  # a WebDataset member: its shard must exist
+                missing = not os.path.isfile(parse_ref(str(p)).shard)
+            elif not missing:
+                missing = not os.path.isfile(str(p))
+            if missing:
                 raise InputFileError(f"{source}: row {i + 1}: image not found: {p}")
     return df
 
