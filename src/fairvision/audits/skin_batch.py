@@ -50,7 +50,7 @@ from fairvision.io.images import read_image, write_png
 from fairvision.io.masks import match_masks
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID, read_table
-from fairvision.io.webdataset import is_member_ref, is_shard_pattern, list_samples, member_sha256
+from fairvision.io.webdataset import is_shard_pattern, list_samples
 from fairvision.skin.categories import add_categories
 from fairvision.skin.estimators import METHODS
 from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
@@ -492,7 +492,7 @@ def _store_ids(df: pd.DataFrame, mask_paths: list, phash: str) -> list[tuple[str
     """``(store key, content hash)`` of each image; ``(None, None)`` where the image cannot be read."""
     ids = []
     for path, mask in zip(df[IMAGE_PATH], mask_paths):
-        content = member_sha256(path) if is_member_ref(path) else file_sha256(str(path))
+        content = file_sha256(str(path))
         if content is None:  # unreadable: measured (to a failure row) every time
             ids.append((None, None))
             continue

@@ -58,6 +58,7 @@ import pyarrow.parquet as pq
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes, atomic_write_text
 from fairvision.io.jsonable import to_jsonable
+from fairvision.io.webdataset import is_member_ref, member_sha256
 
 try:  # POSIX; elsewhere the store works without inter-process locks
     import fcntl
@@ -111,7 +112,11 @@ def open_store(root: str | os.PathLike | None = None, *, enabled: bool = True) -
 
 def file_sha256(path: str | os.PathLike) -> str | None:
     """SHA-256 of a file's bytes (None when it cannot be read), remembered for this process by
-    (path, size, mtime, inode) so a folder is hashed once per run however often it is asked for."""
+    (path, size, mtime, inode) so a folder is hashed once per run however often it is asked for. A WebDataset
+    member reference (``tar://...``) hashes the member's bytes, so every command that keys results by image
+    content reads shards too."""
+    if is_member_ref(path):
+        return member_sha256(path)
     try:
         st = os.stat(path)
     except OSError:
