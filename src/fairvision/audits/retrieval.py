@@ -32,8 +32,10 @@ import pandas as pd
 
 from fairvision.audits.skin_batch import measure_images
 from fairvision.engine import imap
+from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import FairvisionError
 from fairvision.io.retrieval import read_items, read_results
+from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.validate import empty_cells, missing_rows
 from fairvision.schema import MISSING_LABEL
 from fairvision.skin.categories import st_class
@@ -119,8 +121,14 @@ def _embed_chunk(task: dict) -> FaceEmbeddings:
     return embed_faces(task["paths"], task["ids"], upsample=task["upsample"])
 
 
+#: results-store stage of the face descriptors of :func:`embed_images`
+DESCRIPTOR_STAGE = "face_descriptor"
+_DESCRIPTOR_SOURCES = ("vision/face_descriptor.py", "io/images.py")
+
+
 def embed_images(paths: Sequence, ids: Sequence, *, upsample: int = 1, workers: int = 1, engine: str = "local",
-                 address: str | None = None, progress: Callable[[int, int], None] | None = None) -> FaceEmbeddings:
+                 address: str | None = None, progress: Callable[[int, int], None] | None = None,
+                 store: ResultsStore | None = None) -> FaceEmbeddings:
     """Face descriptors of many images (:func:`fairvision.vision.face_descriptor.embed_faces`) on an engine.
 
     With one local worker this is ``embed_faces`` itself; otherwise the images
@@ -129,8 +137,15 @@ def embed_images(paths: Sequence, ids: Sequence, *, upsample: int = 1, workers: 
     :func:`fairvision.engine.imap` on the ``local`` pool or ``ray``, and joined
     in input order: the same rows as one ``embed_faces`` call. A chunk whose
     worker failed gives its images ``ok=False`` with the error as reason.
+
+    With ``store``, each image's result (descriptor or the reason there is none) is kept in the results store
+    (stage ``face_descriptor``) under the SHA-256 of its bytes and a hash of ``upsample`` and the descriptor's
+    code: images already there are not described again. Worker failures are not stored.
     """
     paths, ids = [str(p) for p in paths], [str(i) for i in ids]
+    if store is not None:
+        return _embed_images_stored(paths, ids, store, upsample=upsample, workers=workers, engine=engine,
+                                    address=address, progress=progress)
     if workers <= 1 and engine == "local":
         return embed_faces(paths, ids, upsample=upsample, progress=progress)
     size = max(32, min(64, -(-len(paths) // (4 * max(1, workers)))))
@@ -155,6 +170,52 @@ def embed_images(paths: Sequence, ids: Sequence, *, upsample: int = 1, workers: 
         [i for p in parts for i in p.ids],
         pd.concat([p.status for p in parts], ignore_index=True),
     )
+
+
+def _embed_images_stored(paths: list[str], ids: list[str], store: ResultsStore, *, upsample: int, **engine_kw
+                         ) -> FaceEmbeddings:
+    from fairvision import __version__
+
+    phash = content_key({"stage": DESCRIPTOR_STAGE, "pkg": __version__, "upsample": int(upsample),
+                         "code": source_signature(_DESCRIPTOR_SOURCES)})
+    hashes = [file_sha256(p) for p in paths]
+    keys = [row_key(h, phash) if h else None for h in hashes]
+    hits = store.get_many(DESCRIPTOR_STAGE, (k for k in keys if k))
+    todo = [i for i, k in enumerate(keys) if k is None or k not in hits]
+    fresh = embed_images([paths[i] for i in todo], [ids[i] for i in todo], upsample=upsample,
+                         **engine_kw) if todo else FaceEmbeddings(np.zeros((0, DESCRIPTOR_DIM)), [], pd.DataFrame())
+    vec_of = dict(zip(fresh.ids, fresh.embeddings))
+    rows = {} if fresh.status.empty else {r["item_id"]: r for r in fresh.status.to_dict("records")}
+    for i in todo:
+        r = rows.get(ids[i])
+        reason = str(r.get("reason") or "") if r is not None else ""
+        # a worker's failure is not a fact about the image: only faces, "no face" and undecodable bytes are kept
+        if keys[i] is None or r is None or not (r["ok"] or reason == "no face" or reason.startswith("unreadable")):
+            continue
+        emb = vec_of.get(ids[i])
+        store.put(DESCRIPTOR_STAGE, keys[i], {"ok": bool(r["ok"]), "n_faces": int(r["n_faces"]),
+                                               "reason": r["reason"] if not r["ok"] else None,
+                                               "embedding": None if emb is None else [float(v) for v in emb]},
+                  content_hash=hashes[i], params_hash=phash, sample_id=ids[i], image_path=paths[i])
+    store.flush()
+    status, vecs, ok_ids = [], [], []
+    for i, (p, sid, k) in enumerate(zip(paths, ids, keys)):
+        if k is not None and k in hits:
+            h = hits[k]
+            status.append({"item_id": sid, "image_path": p, "ok": bool(h["ok"]), "n_faces": int(h["n_faces"]),
+                           "reason": h.get("reason")})
+            if h["ok"] and h.get("embedding") is not None:
+                vecs.append(np.asarray(h["embedding"], dtype=np.float64))
+                ok_ids.append(sid)
+        else:
+            r = rows.get(sid, {"item_id": sid, "image_path": p, "ok": False, "n_faces": 0, "reason": "not described"})
+            status.append({"item_id": sid, "image_path": p, "ok": bool(r["ok"]), "n_faces": int(r["n_faces"]),
+                           "reason": r["reason"]})
+            if sid in vec_of:
+                vecs.append(np.asarray(vec_of[sid], dtype=np.float64))
+                ok_ids.append(sid)
+    return FaceEmbeddings(np.vstack(vecs) if vecs else np.zeros((0, DESCRIPTOR_DIM)), ok_ids,
+                          pd.DataFrame(status, columns=["item_id", "image_path", "ok", "n_faces", "reason"]))
 
 
 def measure_skin_attribute(items: pd.DataFrame, *, workers: int = 1, mask_method: str = "mediapipe",

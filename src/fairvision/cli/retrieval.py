@@ -80,7 +80,7 @@ def _image_table(source: str):
 
 
 def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1, workers=1,
-             engine="local", address=None):
+             engine="local", address=None, store=None):
     """Run the visual-search harness; returns (results, items, embedding status or None)."""
     # lazy: numpy and pandas (see the module docstring)
     import numpy as np
@@ -100,7 +100,7 @@ def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit,
         if items_df is None:
             items_df = items_from_images
         fe = embed_many(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(), upsample=upsample,
-                         workers=workers, engine=engine, address=address,
+                         workers=workers, engine=engine, address=address, store=store,
                          progress=task("embedding faces", len(items_from_images)))
         status = fe.status
         x, ids = fe.embeddings, fe.ids
@@ -171,7 +171,7 @@ def audit_retrieval_cmd(
 
     check_outdir(outdir)
     check_engine(engine, address)
-    skin_store = results_store(store, no_store) if measure_skin else None
+    skin_store = results_store(store, no_store) if (measure_skin or embed_images is not None) else None
     missing = check_missing_rule(missing or ("drop" if measure_skin else "error"))
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     if correction not in METHODS:
@@ -193,7 +193,7 @@ def audit_retrieval_cmd(
             res = read_results(results)
         else:
             res, items_df, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task,
-                                             workers=workers, engine=engine, address=address)
+                                             workers=workers, engine=engine, address=address, store=skin_store)
             extra["results.csv"] = res.to_csv(index=False).encode()
         if measure_skin:
             items_df = measure_skin_attribute(items_df, progress=progress, workers=workers, engine=engine, address=address,

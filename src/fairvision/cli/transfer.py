@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed, status
+from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store, status
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
@@ -117,6 +117,8 @@ def demo_cmd(
     workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for the face descriptors."),
     n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the test subjects."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the subsets and the bootstrap."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
 ):
     """Run a whole bias-transfer study offline on the bundled FairFace sample (needs the vision extra): dlib face
     descriptors, subsets, one logistic regression per subset, the study report. A demonstration of the method."""
@@ -124,7 +126,8 @@ def demo_cmd(
     from fairvision.audits.transfer.demo import run_demo  # lazy: scikit-learn and dlib load only here
 
     with status("fairvision transfer demo") as say:
-        demo = run_demo(label=label, limit=limit, workers=workers, n_boot=n_boot, seed=seed, progress=say)
+        demo = run_demo(label=label, limit=limit, workers=workers, n_boot=n_boot, seed=seed, progress=say,
+                        store=results_store(store, no_store))
     files = demo.files()
     paths = write_study(demo.result, output, title="fairvision demo: bias-transfer study on the FairFace sample",
                         meta={"data": "FairFace sample, CC BY 4.0 (Karkkainen and Joo, WACV 2021)",

@@ -67,7 +67,7 @@ def _pick(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
 
 
 def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 2, n_boot: int = 1000, seed: int = 0,
-             progress: Callable[[str], None] | None = None) -> DemoStudy:
+             progress: Callable[[str], None] | None = None, store=None) -> DemoStudy:
     """Describe the faces, design the subsets, train one logistic regression per subset and audit them.
 
     Parameters
@@ -82,6 +82,8 @@ def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 
         Bootstrap replicates and randomness.
     progress : callable, optional
         ``progress(message)`` at every step.
+    store : fairvision.io.store.ResultsStore, optional
+        Keeps the face descriptors, so a second run describes no face again.
     """
     if label not in LABELS:
         raise FairvisionError(f"--label must be one of {', '.join(LABELS)}, not {label!r}")
@@ -92,7 +94,7 @@ def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 
     df["gender"] = df["gender"].astype(str)
     df = _pick(df, limit, seed).reset_index(drop=True)
     say(f"describing {len(df)} faces")
-    emb = embed_images(df["image_path"], df["sample_id"], workers=workers)
+    emb = embed_images(df["image_path"], df["sample_id"], workers=workers, store=store)
     if len(emb.ids) < 30:
         raise FairvisionError(f"only {len(emb.ids)} of {len(df)} photos have a detectable face; too few for the demo")
     vectors = pd.DataFrame(emb.embeddings, index=pd.Index(emb.ids, name="sample_id"))
