@@ -129,8 +129,10 @@ def test_fail_if_parser_and_quantities():
         with pytest.raises(FairvisionError):
             parse_condition(bad)
     q = {"disparity": 0.3, "od": float("nan")}
-    out = evaluate_conditions(["disparity>0.2", "disparity<=0.2", "od>0.1"], q)
+    out = evaluate_conditions(["disparity>0.2", "disparity<=0.2", "od>0.1"], q, nan="pass")
     assert [o["holds"] for o in out] == [True, False, False]
+    with pytest.raises(FairvisionError, match="not defined for this input"):  # the default: no silent pass
+        evaluate_conditions(["od>0.1"], q)
     with pytest.raises(FairvisionError, match="unknown quantity"):
         evaluate_conditions(["nope>1"], q)
     df = _synthetic(seed=4, drop=0.2)

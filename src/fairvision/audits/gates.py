@@ -48,15 +48,16 @@ def parse_condition(text: str) -> Condition:
 
 
 def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mapping[str, float], *,
-                        nan: str = "pass") -> list[dict]:
+                        nan: str = "error") -> list[dict]:
     """Evaluate conditions against named quantities.
 
     Returns one dict per condition: ``condition``, ``name``, ``value``,
     ``holds``. An unknown name is a :class:`FairvisionError` listing the
-    names that exist. A quantity that is NaN (not defined for this input)
-    never meets a condition with ``nan="pass"`` (the default); with
-    ``nan="error"`` it is a :class:`FairvisionError`, so a gate that cannot
-    be evaluated does not pass silently (the vision-language probes).
+    names that exist. A quantity that is NaN (not defined for this input,
+    e.g. a disparity with fewer than two groups to compare) is a
+    :class:`FairvisionError` with ``nan="error"`` (the default), so a CI gate
+    that cannot be evaluated never passes silently; ``nan="pass"`` lets it
+    never meet a condition instead.
     """
     if nan not in ("pass", "error"):
         raise FairvisionError(f"nan must be 'pass' or 'error', not {nan!r}")

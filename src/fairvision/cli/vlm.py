@@ -60,7 +60,7 @@ def audit_vlm_cmd(
     result = audit_vlm(data, image_embeddings, text_embeddings, attr, subject_col=subject_col, true_col=true_col,
                        prompt_sets=load_prompt_sets(prompts), probe=probe, combine=combine, missing=missing, max_k=max_k,
                        min_subjects=min_subjects, n_boot=n_boot, alpha=alpha, correction=correction, seed=seed)
-    evaluated = evaluate_conditions(conditions, result.quantities(), nan="error") if conditions else []
+    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     made_by = read_provenance(image_embeddings) or read_provenance(text_embeddings) or {}  # from `audit vlm embed`
     if made_by.get("note"):
         typer.echo(f"warning: {made_by['note']}", err=True)
@@ -163,7 +163,7 @@ def compare_cmd(
     res = compare_variants(data, preds[0], preds[1], attr, names=_variant_names(first, second), subject_col=subject_col,
                            missing=missing, max_k=max_k, min_subjects=min_subjects, n_boot=n_boot, level=0.95, alpha=alpha,
                            correction=correction, seed=seed)
-    evaluated = evaluate_conditions(conditions, res.quantities(), nan="error") if conditions else []
+    evaluated = evaluate_conditions(conditions, res.quantities()) if conditions else []
     n_flagged = int(res.changes["flagged"].sum()) if len(res.changes) else 0
     if table_only:
         write_table(res.changes, output)

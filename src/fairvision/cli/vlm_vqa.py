@@ -104,7 +104,7 @@ def audit_vqa_cmd(
                            min_subjects=min_subjects, missing=missing, store=results,
                            workers=workers, progress=advance, n_boot=n_boot, alpha=alpha, correction=correction,
                            seed=seed)
-    evaluated = evaluate_conditions(conditions, result.quantities(), nan="error") if conditions else []
+    evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     who = str(answers) if answers is not None else (f"{url} ({model})" if backend == "http" else str(model))
     report = Report(title=title or f"Visual question answering probe: {samples.name}",
                     subtitle="fairvision audit vlm vqa",
