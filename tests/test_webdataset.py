@@ -366,3 +366,11 @@ def test_a_table_of_members_passes_the_image_check_while_its_shards_exist(shards
     (shards["dir"] / "shard-000001.tar").unlink()
     with pytest.raises(InputFileError, match="row 4: image not found"):
         validate_sample_table(df, source="shards", check_images=True)
+
+
+def test_a_compressed_shard_says_to_decompress(tmp_path, capsys):
+    gz = tmp_path / "shard-000000.tar.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00")
+    assert main(["skin", "measure", str(gz), "-o", str(tmp_path / "o.csv"), "--no-store"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "decompress" in err

@@ -39,6 +39,9 @@ def _detect_format(path: Path, fmt: str | None) -> str:
     try:
         return _FORMATS[path.suffix.lower()]
     except KeyError:
+        if path.name.lower().endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")):
+            raise InputFileError(f"{path}: compressed tar shards are not read (images are read in place by offset); "
+                                 "decompress them first, e.g. gunzip, and give the .tar") from None
         raise InputFileError(
             f"{path}: unknown table format {path.suffix!r}; use .csv, .tsv, .parquet, .json or .jsonl"
         ) from None
