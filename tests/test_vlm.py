@@ -442,3 +442,57 @@ def test_combined_text_embeddings_filtered_by_probe(tmp_path, capsys):
     ref = audit_vlm(data, img, tdf, ["group"], n_boot=10)
     assert res.probe == "gender"
     pd.testing.assert_frame_equal(res.predictions, ref.predictions)
+
+
+def test_two_groups_are_one_test_in_the_correction_family():
+    """"A vs rest" and "B vs rest" with two groups are the same 2 x 2 test: counted once (docs/METHODS.md §12.1)."""
+    data, img, tdf, _, _ = planted(shift=1.5, seed=1)
+    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", n_boot=50, correction="bonferroni")
+    r = res.rates
+    a, b = r[r["group"] == "A"].reset_index(drop=True), r[r["group"] == "B"].reset_index(drop=True)
+    tested = a["pvalue"].notna().to_numpy()
+    assert tested.sum() >= 2
+    assert a["same_test_as"].isna().all() and (b.loc[tested, "same_test_as"] == "A").all()
+    # the same test: the mirrored 2 x 2 table gives B's p-value independently of the audit
+    np.testing.assert_allclose(b.loc[tested, "pvalue"], a.loc[tested, "pvalue"], rtol=1e-9)
+    # Bonferroni over the distinct tests only: m = tested quantities, not twice that
+    m = int(tested.sum())
+    np.testing.assert_allclose(a.loc[tested, "pvalue_adjusted"], np.minimum(1, a.loc[tested, "pvalue"] * m))
+    np.testing.assert_allclose(b.loc[tested, "pvalue_adjusted"], a.loc[tested, "pvalue_adjusted"])
+    assert res.quantities()["n_flagged"] == int((r["flagged"] & r["same_test_as"].isna()).sum())
+    # three groups: no test is the same as another
+    data3 = data.assign(group=np.array(["A", "B", "C"])[data["subject_id"].to_numpy() % 3])
+    r3 = audit_vlm(data3, img, tdf, ["group"], n_boot=20).rates
+    assert r3["same_test_as"].isna().all()
+
+
+def test_true_map_renames_the_true_labels(tmp_path, capsys):
+    args = write_inputs(tmp_path)
+    data = pd.read_csv(tmp_path / "samples.csv")
+    data["truth"] = data["truth"].map({"man": "Male", "woman": "Female"})
+    data.to_csv(tmp_path / "samples.csv", index=False)
+    assert main(args + ["--true-col", "truth"]) == 2
+    assert "'Female' is not a label" in capsys.readouterr().err
+    assert main(args + ["--true-col", "truth", "--true-map", "Male=man, Female=woman"]) == 0
+    pred = pd.read_parquet(tmp_path / "out" / "predictions.parquet")
+    assert set(pred["true"]) == {"man", "woman"}
+    assert (pred["true"].to_numpy() == data["truth"].map({"Male": "man", "Female": "woman"}).to_numpy()).all()
+    capsys.readouterr()
+    for bad, msg in (("Male=man,Female", "'Female' is not VALUE=LABEL"), ("Male=guy", "'guy' is not a label"),
+                     ("X=man", "none of 'X' occurs")):
+        assert main(args + ["--true-col", "truth", "--true-map", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and msg in err, err
+
+
+def test_folder_samples_hint_and_fail_if_finding(tmp_path, capsys):
+    args = write_inputs(tmp_path)
+    folder_args = list(args)
+    folder_args[folder_args.index("--samples") + 1] = str(tmp_path)
+    assert main(folder_args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "attribute columns" in err and "folder" in err
+    assert main(args + ["--fail-if", "max_unspecified_gap>0.05"]) == 1
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    gate = [f for f in doc["findings"] if "--fail-if" in f["sentence"]]
+    assert gate and gate[0]["severity"] == "high"

@@ -390,3 +390,62 @@ def test_vlm_demo_on_a_fairface_subset(tmp_path, capsys):
     pred = pd.read_parquet(out / "predictions.parquet")
     assert len(pred) == 24 and set(pred["true"]) == {"man", "woman"}
     assert "meaningless" in capsys.readouterr().err
+
+
+def test_variants_loop_embed_zero_shot_compare_carries_the_model_note(tmp_path, capsys):
+    """The README loop: variants -> embed each variant -> zero-shot each -> compare two; the tiny-random note
+    travels in predictions.parquet's metadata into the compare report (docs/METHODS.md §12.2, §12.4)."""
+    df = load_portraits().iloc[:4].reset_index(drop=True)
+    samples = tmp_path / "s.csv"
+    df.assign(sample_id="img" + df["sample_id"], group=["a", "b"] * 2, x0=100, y0=50, x1=400, y1=480).to_csv(
+        samples, index=False)
+    assert main(["audit", "vlm", "variants", "--samples", str(samples), "-o", str(tmp_path / "var"),
+                 "--box-cols", "x0,y0,x1,y1"]) == 0
+    # the combined table has four rows per sample_id: embed says how to pick one variant
+    assert main(["audit", "vlm", "embed", str(tmp_path / "var" / "variants.csv"), "-o", str(tmp_path / "bad"),
+                 "--backend", "tiny-random", "--no-store"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--variant" in err and "variants.original.csv" in err
+    preds = {}
+    for v, source in (("original", ["variants.original.csv"]), ("background_black", ["variants.csv", "--variant",
+                                                                                        "background_black"])):
+        emb = tmp_path / f"emb-{v}"
+        assert main(["audit", "vlm", "embed", str(tmp_path / "var" / source[0]), *source[1:], "-o", str(emb),
+                     "--backend", "tiny-random", "--probe", "gender", "--no-store"]) == 0
+        z = np.load(emb / "image_embeddings.npz", allow_pickle=False)
+        assert list(z["ids"]) == ("img" + df["sample_id"]).tolist()
+        expected = clip.TinyRandomCLIP(seed=0).encode_images(
+            [read_image(tmp_path / "var" / f"img{sid}__{v}.png") for sid in df["sample_id"]])
+        np.testing.assert_allclose(z["embeddings"], expected, atol=1e-6)
+        assert main(["audit", "vlm", "zero-shot", "--samples", str(samples), "--image-embeddings",
+                     str(emb / "image_embeddings.npz"), "--text-embeddings", str(emb / "text_embeddings.parquet"),
+                     "-a", "group", "--n-boot", "20", "-o", str(tmp_path / f"zs-{v}")]) == 0
+        preds[v] = tmp_path / f"zs-{v}" / "predictions.parquet"
+        prov = clip.read_provenance(preds[v])
+        assert prov["backend"] == "tiny-random" and "meaningless" in prov["note"] and prov["probe"] == "gender"
+    capsys.readouterr()
+    assert main(["audit", "vlm", "compare", "--samples", str(samples), "--first", str(preds["original"]),
+                 "--second", str(preds["background_black"]), "-a", "group", "--n-boot", "20",
+                 "-o", str(tmp_path / "cmp")]) == 0
+    assert "warning:" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "cmp" / "report.json").read_text())
+    assert "meaningless" in doc["meta"]["model note"] and "tiny-random" in doc["meta"]["model"]
+    assert "meaningless" in json.dumps(doc["sections"])
+
+
+def test_combined_prompt_file_without_probe_names_the_per_probe_files(tmp_path, capsys):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for p in load_portraits()["image_path"].iloc[:2]:
+        (folder / p.rsplit("/", 1)[-1]).write_bytes(open(p, "rb").read())
+    out = tmp_path / "emb"
+    assert main(["audit", "vlm", "embed", str(folder), "-o", str(out), "--backend", "tiny-random", "--no-store"]) == 0
+    samples = tmp_path / "s.parquet"
+    pd.DataFrame({"sample_id": ["001", "002"], "g": ["x", "y"]}).to_parquet(samples)
+    capsys.readouterr()
+    assert main(["audit", "vlm", "zero-shot", "--samples", str(samples), "--image-embeddings",
+                 str(out / "image_embeddings.npz"), "--text-embeddings", str(out / "text_embeddings.parquet"),
+                 "-a", "g", "--n-boot", "5", "-o", str(tmp_path / "zs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--probe" in err
+    assert str(out / "text_embeddings.gender.parquet") in err and "text_embeddings.urban_rural.parquet" in err

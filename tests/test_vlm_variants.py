@@ -310,7 +310,7 @@ def test_write_variants_plain_ids_stay_inside(tmp_path):
     data = pd.DataFrame({"sample_id": ["x.1", "y..z"], "image_path": [str(tmp_path / "a.png")] * 2,
                          "x0": [20] * 2, "y0": [10] * 2, "x1": [45] * 2, "y1": [30] * 2})
     table = write_variants(data, tmp_path / "out", box_cols=("x0", "y0", "x1", "y1"), variants=("original",))
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["variants.csv", "x.1__original.png",
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["variants.csv", "variants.original.csv", "x.1__original.png",
                                                                     "y..z__original.png"]
     assert all(Path(p).parent == (tmp_path / "out").resolve() for p in table["image_path"])
 
@@ -352,3 +352,37 @@ def test_compare_missing_rule(tmp_path, capsys, rule):
     assert main(args + ["--missing", rule]) == 0
     ch = pd.read_csv(tmp_path / "changes.csv", keep_default_na=False)
     assert ("(missing)" in set(ch["group"])) == (rule == "keep")
+
+
+def test_cli_variants_writes_one_sample_table_per_variant_and_takes_a_folder(tmp_path, capsys):
+    img, mask = synthetic()
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "masks").mkdir()
+    for sid in ("p1", "p2"):
+        write_png(tmp_path / "imgs" / f"{sid}.png", img)
+        write_png(tmp_path / "masks" / f"{sid}.png", mask)
+    rc = main(["audit", "vlm", "variants", "--samples", str(tmp_path / "imgs"), "-o", str(tmp_path / "out"),
+               "--masks", str(tmp_path / "masks")])
+    assert rc == 0, capsys.readouterr().err
+    assert "variants.person_blur.csv" in capsys.readouterr().out
+    whole = pd.read_csv(tmp_path / "out" / "variants.csv")
+    for v in VARIANTS:
+        one = pd.read_csv(tmp_path / "out" / f"variants.{v}.csv")
+        assert one["sample_id"].tolist() == ["p1", "p2"] and (one["variant"] == v).all()
+        assert [Path(p).name for p in one["image_path"]] == [f"p1__{v}.png", f"p2__{v}.png"]
+        pd.testing.assert_frame_equal(one, whole[whole["variant"] == v].reset_index(drop=True))
+    # the background_black table's image is the person on black
+    bb = read_image(pd.read_csv(tmp_path / "out" / "variants.background_black.csv")["image_path"].iloc[0])
+    np.testing.assert_array_equal(bb, background_black(img, mask > 0 if mask.ndim == 2 else mask.max(axis=2) > 127))
+
+
+def test_selfie_segmentation_leaves_no_native_log_lines_on_stderr():
+    import subprocess
+    import sys
+
+    code = ("from fairvision.io.images import read_image; from fairvision.vision.person_mask import person_mask; "
+            f"m, how = person_mask(read_image({str(PORTRAIT)!r})); print(how, m.mean() > 0.1)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in __import__("os").environ.items() if k != "FAIRVISION_NATIVE_LOGS"})
+    assert out.returncode == 0 and out.stdout.split() == ["selfie", "True"], out.stderr
+    assert "XNNPACK" not in out.stderr and "inference_feedback" not in out.stderr and "W0000" not in out.stderr

@@ -725,3 +725,42 @@ def test_finished_answers_are_kept_when_a_worker_fails(faces, tmp_path):
     kept = store.query(f"SELECT * FROM {STAGE}")
     # the one failing question waits until every other answer is in: all 26 are kept, none lost
     assert len(kept) == 3 * 9 - 1
+
+
+def test_two_groups_are_one_test_in_the_correction_family():
+    """g1 has two groups: "A vs rest" is "B vs rest"; the correction counts it once (docs/METHODS.md §12.3)."""
+    data, ans = stub_answers(effect=2.5, seed=3)
+    r = audit_vqa(data, None, QS, ["g1"], answers=ans, n_boot=20, correction="bonferroni").rates
+    a = r[r["group"] == "A"].set_index(["tone", "quantity"])
+    b = r[r["group"] == "B"].set_index(["tone", "quantity"]).loc[a.index]
+    tested = a["pvalue"].notna()
+    assert tested.sum() >= 2 and a["same_test_as"].isna().all() and (b.loc[tested, "same_test_as"] == "A").all()
+    np.testing.assert_allclose(b.loc[tested, "pvalue"], a.loc[tested, "pvalue"], rtol=1e-9)
+    m = int(tested.sum())
+    np.testing.assert_allclose(a.loc[tested, "pvalue_adjusted"], np.minimum(1, a.loc[tested, "pvalue"] * m))
+    np.testing.assert_allclose(b.loc[tested, "pvalue_adjusted"], a.loc[tested, "pvalue_adjusted"])
+    res = audit_vqa(data, None, QS, ["g1"], answers=ans, n_boot=20)
+    assert res.quantities()["n_flagged"] == int((res.rates["flagged"] & res.rates["same_test_as"].isna()).sum())
+
+
+def test_cli_help_lists_question_ids_folder_hint_and_gate_finding(tmp_path, capsys):
+    from typer.testing import CliRunner
+
+    from fairvision.cli import app
+
+    out = CliRunner().invoke(app, ["audit", "vlm", "vqa", "--help"], env={"COLUMNS": "300"}).output
+    assert "questions.toml" in out and "datasets/data/vlm" in out
+    assert all(qid in out for qid in QS.questions["question_id"])
+    data, ans = stub_answers(n_subjects=30, effect=2.5, seed=1)
+    data.to_csv(tmp_path / "s.csv", index=False)
+    ans.to_parquet(tmp_path / "a.parquet")
+    args = ["audit", "vlm", "vqa", "-a", "g1", "--answers", str(tmp_path / "a.parquet"), "--n-boot", "20",
+            "-o", str(tmp_path / "out")]
+    assert main(args + ["--samples", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "attribute columns" in err
+    assert main(args + ["--samples", str(tmp_path / "s.csv"), "--fail-if", "n_flagged>=0"]) == 1
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    gate = [f for f in doc["findings"] if "--fail-if" in f["sentence"]]
+    assert gate and gate[0]["severity"] == "high"
+    assert "crimes" in json.dumps(doc["sections"])

@@ -244,7 +244,7 @@ class VLMResult:
         intersection is ``<a>+<b>`` with groups ``<x>+<y>``."""
         r = self.rates
         judged = r[~r["too_small"].astype(bool)] if len(r) else r
-        q: dict[str, float] = {"n_flagged": float(r["flagged"].sum()),
+        q: dict[str, float] = {"n_flagged": float(count_flagged(r)),
                                "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]]
                                                         .drop_duplicates())) if len(r) else 0.0,
                                "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else np.nan}
@@ -261,6 +261,54 @@ class VLMResult:
         for row in self.independence.itertuples(index=False):
             q[f"chi2_pvalue.{quantity_key(row.attribute)}"] = float(row.pvalue)
         return q
+
+
+def adjust_group_tests(rates: pd.DataFrame, by: list[str], correction: str) -> pd.DataFrame:
+    """Correct the group-vs-rest p-values of ``rates`` once per distinct test (docs/METHODS.md §12.1).
+
+    Within each block of rows sharing ``attribute`` and the columns ``by`` (the quantity, and the tone for VQA),
+    an attribute with exactly two non-empty groups A and B has "A vs rest" and "B vs rest" as one and the same
+    test (A vs B). The second row then gets ``same_test_as`` = A, the first row's p-value, and is left out of the
+    correction family; it takes the first row's adjusted p-value. Returns ``rates`` with ``same_test_as`` (None
+    elsewhere) and ``pvalue_adjusted``.
+    """
+    rates = rates.copy()
+    same = np.full(len(rates), None, dtype=object)
+    pairs: list[tuple[int, int]] = []  # (repeating row, first row)
+    p = rates["pvalue"].to_numpy(float).copy()
+    if len(rates):
+        nonempty = rates["n_samples"].to_numpy() > 0
+        keys = [rates["attribute"].astype(str)] + [rates[c].astype(str) for c in by]
+        block = pd.MultiIndex.from_arrays(keys).factorize()[0]
+        sizes = np.bincount(block[nonempty], minlength=int(block.max()) + 1)
+        first_of: dict[int, int] = {}
+        groups = rates["group"].astype(str).to_numpy()
+        for i in np.flatnonzero(nonempty & (sizes[block] == 2)):  # two rows per such block
+            j = first_of.setdefault(int(block[i]), int(i))
+            if j != i and np.isfinite(p[j]) and np.isfinite(p[i]):
+                same[i] = groups[j]
+                p[i] = p[j]
+                pairs.append((int(i), j))
+    rates["pvalue"] = p
+    rates["same_test_as"] = same
+    padj = np.full(len(rates), np.nan)
+    family = np.isfinite(p) & pd.isna(same)
+    if family.any():
+        padj[family] = adjust_pvalues(p[family], correction)
+    for i, j in pairs:
+        padj[i] = padj[j]
+    rates["pvalue_adjusted"] = padj
+    return rates
+
+
+def count_flagged(rates: pd.DataFrame) -> int:
+    """Flagged differences, each counted once: a row that repeats another's test (``same_test_as``) is not."""
+    if not len(rates):
+        return 0
+    flagged = rates["flagged"].astype(bool)
+    if "same_test_as" in rates.columns:
+        flagged &= rates["same_test_as"].isna()
+    return int(flagged.sum())
 
 
 def quantity_key(name: str) -> str:
@@ -500,12 +548,8 @@ def audit_vlm(
                              "rest": rest[gi, qi], "difference": est[gi, qi] - rest[gi, qi],
                              "diff_ci_low": dlo[gi, qi], "diff_ci_high": dhi[gi, qi], "design_effect": deff[gi, qi],
                              "statistic": stat, "pvalue": p})
-    rates = pd.DataFrame(rows, columns=RATE_COLUMNS)
-    padj = np.full(len(rates), np.nan)
-    have = rates["pvalue"].notna().to_numpy()
-    if have.any():
-        padj[have] = adjust_pvalues(rates.loc[have, "pvalue"].to_numpy(), correction)
-    rates["pvalue_adjusted"] = padj
+    # two groups: "A vs rest" and "B vs rest" are one test, counted once in the correction (docs/METHODS.md §12.1)
+    rates = adjust_group_tests(pd.DataFrame(rows, columns=RATE_COLUMNS), ["quantity"], correction)
     excludes = (rates["diff_ci_low"] > 0) | (rates["diff_ci_high"] < 0)
     rates["flagged"] = (rates["pvalue_adjusted"] < alpha) & excludes & ~rates["too_small"].astype(bool)
     ind = pd.DataFrame(independence)

@@ -116,7 +116,8 @@ def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: 
         One row per (image, variant): ``sample_id``, ``variant``, ``image_path`` (the written PNG, absolute),
         ``source_image``, ``mask_source`` (file, box, selfie) and ``person_fraction`` (share of pixels in the mask);
         also written as ``variants.csv``. The other columns of ``data`` follow, so the table is a sample table
-        for ``audit vlm zero-shot`` once filtered to one variant.
+        for ``audit vlm zero-shot`` once filtered to one variant; those filtered tables (``sample_id`` unique,
+        ``image_path`` the variant's image) are written as ``variants.<variant>.csv``.
     """
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
@@ -164,7 +165,15 @@ def write_variants(data: pd.DataFrame, outdir: str | os.PathLike, *, masks_dir: 
         rest = rest.drop(columns=[c for c in table.columns if c != "sample_id" and c in rest.columns])
         table = table.merge(rest, on="sample_id", how="left")
         atomic_write_bytes(stage / "variants.csv", table.to_csv(index=False).encode())
+        for v in variants:  # one sample table per variant (sample_id unique), for `audit vlm embed`
+            one = table[table["variant"] == v]
+            atomic_write_bytes(stage / variant_table_name(v), one.to_csv(index=False).encode())
     return table
+
+
+def variant_table_name(variant: str) -> str:
+    """File name of the sample table of one variant written by :func:`write_variants`: ``variants.<variant>.csv``."""
+    return f"variants.{variant}.csv"
 
 
 @dataclass

@@ -27,7 +27,7 @@ from scipy.stats import chi2 as chi2_dist
 
 from fairvision.engine.cache import content_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.audits.vlm import MIN_SUBJECTS, prepare_samples, quantity_key
+from fairvision.audits.vlm import MIN_SUBJECTS, adjust_group_tests, count_flagged, prepare_samples, quantity_key
 from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table
@@ -36,7 +36,6 @@ from fairvision.stats.association import npmi
 from fairvision.stats.chisquare import chi2_test
 from fairvision.stats.clustered import group_vs_rest_design_effect
 from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.resample import bootstrap_column_sums, percentile_ci
 from fairvision.vision.vqa import CallableVQA
 
@@ -453,7 +452,7 @@ class VQAResult:
         r = self.rates
         judged = r[~r["too_small"].astype(bool)] if len(r) else r
         q: dict[str, float] = {
-            "n_flagged": float(r["flagged"].sum()) if len(r) else 0.0,
+            "n_flagged": float(count_flagged(r)),
             "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]].drop_duplicates()))
             if len(r) else 0.0,
             "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else np.nan}
@@ -720,12 +719,8 @@ def audit_vqa(
                     term_rows.append({"attribute": s.name, "group": labels[gi], "tone": tone, "term": tnames[j],
                                       "count": int(cnt[j]), "share": cnt[j] / n_g, "npmi": float(nm[i, j])})
 
-    rates = pd.DataFrame(rows, columns=RATE_COLUMNS)
-    padj = np.full(len(rates), np.nan)
-    has_p = rates["pvalue"].notna().to_numpy()
-    if has_p.any():
-        padj[has_p] = adjust_pvalues(rates.loc[has_p, "pvalue"].to_numpy(float), correction)
-    rates["pvalue_adjusted"] = padj
+    # two groups: "A vs rest" and "B vs rest" are one test, counted once in the correction (docs/METHODS.md §12.1)
+    rates = adjust_group_tests(pd.DataFrame(rows, columns=RATE_COLUMNS), ["tone", "quantity"], correction)
     excludes = (rates["diff_ci_low"] > 0) | (rates["diff_ci_high"] < 0)
     rates["flagged"] = ((rates["pvalue_adjusted"] < alpha) & excludes & ~rates["too_small"].astype(bool)).astype(bool)
     overall = pd.DataFrame([{"tone": tone, "quantity": quant, "n_answers": int(an[t * nq + k]),

@@ -37,6 +37,7 @@ def embed_cmd(
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu, cuda, cuda:1, ..."),
     seed: int = typer.Option(0, "--seed", help="Weights of --backend tiny-random."),
     image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (default: image_path or a common alias)."),
+    variant: Optional[str] = typer.Option(None, "--variant", help="Embed only the rows of this image variant of a variants.csv from `audit vlm variants` (original, person_black, person_blur, background_black)."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr (only on a terminal)."),
@@ -64,7 +65,13 @@ def embed_cmd(
     unknown = [p for p in chosen if p not in sets]
     if unknown:
         raise FairvisionError(f"unknown probe {unknown[0]!r}; {prompts or default_prompts_path()} has {', '.join(sets)}")
-    data = from_folder(source) if source.is_dir() else read_table(source, image_col=image_col)
+    if source.is_dir():
+        if variant is not None:
+            raise FairvisionError("--variant needs the variants.csv of `audit vlm variants`, not a folder")
+        data = from_folder(source)
+    else:
+        data = read_variant_table(source, variant, image_col) if variant is not None or variant_table(source) \
+            else read_table(source, image_col=image_col)
     if "image_path" not in data.columns:
         raise FairvisionError(f"{source}: no image path column (image_path, path, filename, file_name); pass --image-col")
     missing = data["image_path"].isna().to_numpy()
@@ -80,6 +87,39 @@ def embed_cmd(
     s = files["summary"]
     typer.echo(f"{s['images']:,} images ({s['from_store']:,} from the store), {s['prompts']:,} prompts, "
                f"{s['dim']}-d, model {s['model']}")
+
+
+def variant_table(source: Path) -> bool:
+    """Whether ``source`` is a table with a ``variant`` column (the variants.csv of ``audit vlm variants``)."""
+    from fairvision.io.tables import read_raw_table  # lazy: see the module docstring
+
+    return "variant" in read_raw_table(source).columns
+
+
+def read_variant_table(source: Path, variant: Optional[str], image_col: Optional[str] = None):
+    """The sample table of one image variant of a ``variants.csv`` (its ``variant`` column), read like any sample
+    table; without ``variant``, a table of several variants (sample_id repeated) is a one-line error naming
+    ``--variant`` and the per-variant files (docs/METHODS.md §12.2)."""
+    import tempfile  # lazy: see the module docstring
+
+    from fairvision.io.tables import read_raw_table, read_table
+
+    raw = read_raw_table(source)
+    if "variant" not in raw.columns:
+        raise FairvisionError(f"{source}: --variant needs a 'variant' column (the variants.csv of `audit vlm variants`)")
+    names = list(dict.fromkeys(raw["variant"].astype(str)))
+    if variant is None:
+        if len(names) > 1:
+            raise FairvisionError(f"{source}: holds {len(names)} image variants per sample_id ({', '.join(names)}); "
+                                  f"pick one with --variant {names[0]}, or embed variants.{names[0]}.csv")
+        return read_table(source, image_col=image_col)
+    if variant not in names:
+        raise FairvisionError(f"{source}: no variant {variant!r}; it has {', '.join(names)}")
+    one = raw.loc[(raw["variant"].astype(str) == variant).to_numpy()].reset_index(drop=True)
+    with tempfile.TemporaryDirectory() as tmp:  # read_table's checks and normalisation on the chosen rows
+        part = Path(tmp) / f"{source.stem}.{variant}.parquet"
+        one.to_parquet(part, index=False)
+        return read_table(part, image_root=source.parent, image_col=image_col)
 
 
 def write_embeddings(data, output: Path, *, sets: dict, backend: str, model=None, arch=None, batch_size: int = 32,

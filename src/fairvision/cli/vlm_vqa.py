@@ -16,6 +16,28 @@ from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
 
 BACKENDS = ("http", "transformers")
+#: where the bundled questions live, relative to the repository root (for --help)
+QUESTIONS_FILE = "src/fairvision/datasets/data/vlm/questions.toml"
+
+
+def bundled_question_ids() -> str:
+    """The question ids of the bundled questions.toml for ``--help``, read with the standard library only (the
+    CLI must start without numpy or pandas)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        return f"see {QUESTIONS_FILE}"
+    path = Path(__file__).resolve().parents[1] / "datasets" / "data" / "vlm" / "questions.toml"
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"see {QUESTIONS_FILE}"
+    ids = [qid for table in doc.values() if isinstance(table, dict) and isinstance(table.get("questions"), dict)
+           for qid in table["questions"]]
+    return f"bundled: {', '.join(ids)}" if ids else f"see {QUESTIONS_FILE}"
+
+
+QUESTION_IDS_HELP = bundled_question_ids()
 
 
 
@@ -25,8 +47,8 @@ def audit_vqa_cmd(
     backend: Optional[str] = typer.Option(None, "--backend", help="Who answers: http (an OpenAI-compatible chat server with image input: vLLM, llama.cpp server, Ollama; --url, --model) or transformers (local weights in the folder --model). Not needed with --answers."),
     url: Optional[str] = typer.Option(None, "--url", help="Server root for --backend http, e.g. http://127.0.0.1:8000 (POST /v1/chat/completions). An API key, if needed, is read from $OPENAI_API_KEY."),
     model: Optional[str] = typer.Option(None, "--model", help="--backend http: the model name the server knows; --backend transformers: the folder of save_pretrained weights (nothing is downloaded)."),
-    answers: Optional[Path] = typer.Option(None, "--answers", help="Precomputed answers instead of asking: a table with sample_id, question_id, answer."),
-    questions: Optional[Path] = typer.Option(None, "--questions", help="TOML of questions by tone and answer-parsing patterns (default: the bundled questions.toml)."),
+    answers: Optional[Path] = typer.Option(None, "--answers", help=f"Precomputed answers instead of asking: a table with sample_id, question_id, answer; question_id is one of the ids of the questions file ({QUESTION_IDS_HELP})."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="TOML of questions by tone and answer-parsing patterns (default: the bundled src/fairvision/datasets/data/vlm/questions.toml)."),
     toxic_words: Optional[Path] = typer.Option(None, "--toxic-words", help="Toxic keyword list, one word or phrase a line (default: the bundled short list; replace it with your own)."),
     gender_col: Optional[str] = typer.Option(None, "--gender-col", help="Column of each person's pronouns or gender (he/him, she/her, male, female, ...): adds the misgendering rate."),
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
@@ -81,7 +103,11 @@ def audit_vqa_cmd(
             raise FairvisionError("--backend transformers needs --model (a folder of save_pretrained weights)")
     elif backend is not None:
         raise FairvisionError("give either --answers or --backend, not both")
+    if samples.is_dir():
+        raise FairvisionError(f"{samples}: is a folder; give a sample table with the attribute columns (a folder "
+                              "has none), e.g. a CSV with sample_id, image_path and one column per attribute")
     # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
+    from fairvision.audits.vlm import count_flagged
     from fairvision.audits.vlm_vqa import audit_vqa, default_questions_path, default_toxic_words_path, load_questions
     from fairvision.io.tables import read_table
     from fairvision.report import Report
@@ -119,7 +145,7 @@ def audit_vqa_cmd(
     result.answers.to_parquet(buf, index=False)
     paths = report.write(output, extra_files={"answers.parquet": buf.getvalue()})
     done(paths, f"answers: {(output / 'answers.parquet').resolve()}\n{result.meta['n_answers']} answers "
-                f"({result.meta['n_called']} asked now); {int(result.rates['flagged'].sum())} group differences flagged")
+                f"({result.meta['n_called']} asked now); {count_flagged(result.rates)} group differences flagged")
     exit_if_gates_failed(evaluated)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fairvision.engine.pool import quiet_native_stderr
 from fairvision.errors import FairvisionError, InputFileError
 from fairvision.io.images import read_image
 
@@ -38,7 +39,8 @@ def get_selfie_segmenter(model_selection: int = 0):
         with _LOCK:
             model = _MODELS.get(key)
             if model is None:
-                model = _mp_selfie().SelfieSegmentation(model_selection=key)
+                with quiet_native_stderr():  # TFLite's "Created ... XNNPACK delegate" and glog lines
+                    model = _mp_selfie().SelfieSegmentation(model_selection=key)
                 _MODELS[key] = model
     return model
 
@@ -63,7 +65,7 @@ def selfie_mask(image: np.ndarray, *, threshold: float = SELFIE_THRESHOLD, model
     if img.ndim != 3 or img.shape[2] != 3:
         raise FairvisionError(f"selfie_mask: expected an (H, W, 3) RGB image, got shape {img.shape}")
     model = get_selfie_segmenter(model_selection)
-    with _LOCK:  # one graph per process; mediapipe graphs are not re-entrant
+    with _LOCK, quiet_native_stderr():  # one graph per process, not re-entrant; native log lines to /dev/null
         out = model.process(img)
     prob = out.segmentation_mask
     if prob is None:

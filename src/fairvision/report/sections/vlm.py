@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.audits.gates import describe
+from fairvision.audits.vlm import count_flagged
 from fairvision.groups import SEP
 from fairvision.report import Section
 from fairvision.report import plots
@@ -30,10 +31,9 @@ def vlm_section(result, *, conditions: list[dict] | None = None, title: str = "Z
     small = r.loc[r["too_small"].astype(bool), ["attribute", "group", "n_samples", "n_subjects"]].drop_duplicates(
         ["attribute", "group"])
     sec.metrics("key figures", {"samples": result.meta.get("n_samples"), "subjects": result.meta.get("n_subjects"),
-                                "labels": len(result.labels), "flagged": int(r["flagged"].sum()),
+                                "labels": len(result.labels), "flagged": count_flagged(r),
                                 "too small to judge": len(small)})
-    for c in conditions or []:
-        sec.note(describe(c), "finding" if c["holds"] else "info")
+    gate_findings(sec, conditions)
     for attr, table in result.counts.items():
         if len(table) > MAX_PLOTTED:
             continue
@@ -57,6 +57,15 @@ def vlm_section(result, *, conditions: list[dict] | None = None, title: str = "Z
              "prompts, labels these images, not who the people are.")
     _findings(sec, result)
     return sec
+
+
+def gate_findings(sec: Section, conditions: list[dict] | None) -> None:
+    """A note per ``--fail-if`` condition, and a high-severity finding for each that holds (as other reports do)."""
+    for c in conditions or []:
+        if c["holds"]:
+            sec.finding(f"--fail-if {describe(c)}", "high", target="key figures", quantity=c.get("name"),
+                        value=c.get("value"))
+        sec.note(describe(c), "finding" if c["holds"] else "info")
 
 
 def _findings(sec: Section, result) -> None:
@@ -104,8 +113,7 @@ def compare_section(result, *, conditions: list[dict] | None = None,
     sec.metrics("key figures", {"samples": result.meta.get("n_samples"), "subjects": result.meta.get("n_subjects"),
                                 "labels": len(result.labels), "flagged": int(c["flagged"].sum()) if len(c) else 0,
                                 "too small to judge": len(small)})
-    for cond in conditions or []:
-        sec.note(describe(cond), "finding" if cond["holds"] else "info")
+    gate_findings(sec, conditions)
     for lab in result.labels:
         sub = c[(c["label"] == lab) & (c["n_samples"] > 0)]
         if sub.empty or len(sub) > MAX_PLOTTED:

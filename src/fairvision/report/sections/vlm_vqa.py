@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairvision.audits.gates import describe
+from fairvision.audits.vlm import count_flagged
 from fairvision.report import Section
 from fairvision.report import plots
+from fairvision.report.sections.vlm import gate_findings
 from fairvision.groups import SEP
 from fairvision.report.findings import ci_text, count_of, group_text, num, p_text, pct, test_severity, verb
 
@@ -42,10 +43,9 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
              {"asked in this run": meta.get("n_called"), "from the results store": meta.get("n_from_store")})
     sec.metrics("key figures", {"samples": meta.get("n_samples"), "subjects": meta.get("n_subjects"),
                                 "answers": meta.get("n_answers"), **asked,
-                                "flagged": int(r["flagged"].sum()) if len(r) else 0,
+                                "flagged": count_flagged(r),
                                 "too small to judge": len(small)})
-    for c in conditions or []:
-        sec.note(describe(c), "finding" if c["holds"] else "info")
+    gate_findings(sec, conditions)
     if len(result.overall):
         sec.table("overall", result.overall, "Rates over all answers of each tone, with subject-bootstrap CIs.")
     n_fig = 0
@@ -75,7 +75,8 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
         sec.table("pronouns", wide.reset_index(), "Share of each pronoun among the responses of each group and tone "
                                                   "(the first pronoun an answer uses; none: no pronoun).")
     if len(result.terms):
-        sec.table("terms", result.terms, "Most frequent extracted terms (occupations, reasons) per group and tone, "
+        sec.table("terms", result.terms, "Most frequent extracted terms (occupations, reasons, crimes: the extracted term of each answer) per "
+                                         "group and tone, "
                                          "with NPMI between group and term (-1 never together, 0 independent, 1 always "
                                          "together).")
     if len(small):
