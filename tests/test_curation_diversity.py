@@ -300,3 +300,25 @@ def test_cli_embeddings_with_explicit_masked_variants_is_refused(tmp_path, capsy
         assert main(base + extra + ["-o", str(out)]) == 0, capsys.readouterr().err
         scores = pd.read_parquet(next((out / "tables").glob("*scores*.parquet")))
         assert set(scores["variant"]) == {"whole"}
+
+
+def test_groups_below_min_subjects_get_no_interval():
+    """A group of 3 subjects (under the default 10) keeps its score but gets no interval and is flagged
+    too_small; a group of 40 gets both. Person masks are counted in images, not (image, variant) rows."""
+    from fairvision.audits.curation.diversity import mask_source_counts
+
+    rng = np.random.default_rng(1)
+    n = 43
+    data = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "g": ["big"] * 40 + ["tiny"] * 3})
+    emb = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(rng.normal(size=(n, 16)))})
+    res = audit_diversity(data, ["g"], embeddings=emb, n_boot=100, n_draws=10)
+    s = res.scores.set_index("group")
+    assert s.loc["tiny", "too_small"] and np.isfinite(s.loc["tiny", "vendi"])
+    assert np.isnan(s.loc["tiny", "ci_low"]) and np.isnan(s.loc["tiny", "ci_high"])
+    assert not s.loc["big", "too_small"] and s.loc["big", "ci_low"] <= s.loc["big", "vendi"] <= s.loc["big", "ci_high"]
+    notes = " ".join(b["text"] for b in diversity_section(res).blocks if b["type"] == "note")
+    assert "fewer than 10 subjects" in notes and "no interval" in notes
+    status = pd.DataFrame({"sample_id": [f"s{i}" for i in range(4)] * 3,
+                           "variant": ["whole"] * 4 + ["scene"] * 4 + ["subject"] * 4,
+                           "mask_source": [""] * 4 + ["selfie", "selfie", "selfie", "box"] * 2})
+    assert mask_source_counts(status) == {"selfie": 3, "box": 1}  # 4 images, not 8 rows

@@ -164,3 +164,24 @@ def test_cli_crops_end_to_end(tmp_path):
     man = pd.read_csv(tmp_path / "out" / "manifest.csv")
     assert len(man) >= 1 and man["aligned_path"].notna().any()
     assert main(["curate", "crops", str(folder), "-o", str(tmp_path / "o2"), "--method", "nope"]) == 2
+
+
+def test_cli_crops_names_images_without_a_face(tmp_path, capsys):
+    """An image with no face (a flat grey picture) leaves a manifest row (skipped = "no face found") and is
+    named in the console summary; the portrait's face is counted as a face, the grey image not."""
+    from PIL import Image
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    p = load_portraits()["image_path"][0]
+    (folder / "person.jpg").write_bytes(open(p, "rb").read())
+    Image.new("RGB", (300, 300), (128, 128, 128)).save(folder / "blank.png")
+    assert main(["curate", "crops", str(folder), "-o", str(tmp_path / "out"), "--size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "no face found in 1 image(s)" in out and "blank" in out
+    assert "2 images, 1 faces" in out
+    man = pd.read_csv(tmp_path / "out" / "manifest.csv")
+    blank = man[man["sample_id"] == "blank"]
+    assert len(blank) == 1 and blank["skipped"].iat[0] == "no face found" and blank["face"].isna().all()
+    assert blank["cropped_path"].isna().all() and (man["sample_id"] == "person").sum() == 1
+    assert ",0," in (tmp_path / "out" / "manifest.csv").read_text().splitlines()[1 + int(man.index[man["sample_id"] == "person"][0])]

@@ -374,3 +374,39 @@ def test_strip_all_never_overwrites_a_copy(tmp_path):
     assert names == ["x.png", "x-2.png", "y.png"] and len(set(names)) == 3
     for src, dst in zip(out["source"], out["stripped_path"]):
         assert np.array_equal(np.asarray(Image.open(src)), np.asarray(Image.open(dst)))
+
+
+# -- a folder source with train/ and test/ subfolders; deterministic errors; relative paths ---------------------
+
+def test_cli_qa_folder_split_from_subfolders(tmp_path, capsys):
+    """`curate qa photos/ --split-col split`: the first subfolder is the split; a copy of a training photo in
+    test/ is a cross-split pair; an unreadable file's error names no memory address; paths in the report are
+    relative to the photos folder; width/height stay whole numbers."""
+    df = load_portraits()
+    photos = tmp_path / "photos"
+    (photos / "train").mkdir(parents=True)
+    (photos / "test").mkdir()
+    for i in range(3):
+        Image.open(df["image_path"][i]).save(photos / "train" / f"{i}.jpg", quality=90)
+    Image.open(df["image_path"][0]).resize((400, 400)).save(photos / "test" / "0.jpg", quality=70)
+    (photos / "test" / "junk.jpg").write_bytes(b"not an image at all")
+    out = tmp_path / "out"
+    assert main(["curate", "qa", str(photos), "--split-col", "split", "-o", str(out), "--no-store"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 across splits" in printed and "junk.jpg" in printed and "BytesIO" not in printed
+    images = pd.read_csv(out / "images.csv")
+    assert dict(zip(images["sample_id"], images["split"])) == {
+        "train/0": "train", "train/1": "train", "train/2": "train", "test/0": "test", "test/junk": "test"}
+    junk = images.set_index("sample_id").loc["test/junk"]
+    assert junk["error"] == "cannot identify image file (not an image format Pillow can decode)"
+    text = (out / "report.json").read_text()
+    assert "BytesIO" not in text and "test/junk.jpg" in text and str(photos / "test") not in text
+    assert "0x" not in junk["error"]
+    # nullable ints: 500 not 500.0 next to an unreadable file
+    assert ",500,500," in (out / "images.csv").read_text()
+    # no split column, no "across splits"
+    assert main(["curate", "qa", str(photos / "train"), "-o", str(tmp_path / "o2"), "--no-store"]) == 0
+    assert "across splits" not in capsys.readouterr().out
+    # no subfolders to take a split from: exit 2 with one line
+    assert main(["curate", "qa", str(photos / "train"), "--split-col", "split", "-o", str(tmp_path / "o3"),
+                 "--no-store"]) == 2

@@ -97,6 +97,9 @@ def test_planted_group_difference_is_found(tmp_path):
     assert not om.loc["person.aspect_ratio", "significant"]  # same shape in both groups
     t = res.groups[("person.box_area_ratio", "distance")]
     assert t.loc["near", "median"] > 3 * t.loc["far", "median"]
+    # counts: annotations and images (one annotation per image here), 20 of each per group
+    assert "n_samples" not in t.columns
+    assert t["n_annotations"].tolist() == [20, 20] and t["n_images"].tolist() == [20, 20]
     assert (t["q25"] <= t["median"]).all() and (t["median"] <= t["q75"]).all()
     # centres heat map: every box centre is near the middle of the image
     hm = res.heatmap("person centres")
@@ -134,6 +137,9 @@ def test_built_in_models_on_portraits():
     assert ov.loc["face.centre_distance", "median"] < 0.5
     assert 0.1 < ov.loc["person.mask_area_ratio", "median"] < 0.95
     assert 0 <= ov.loc["person.concavity", "median"] < 0.5
+    # square boxes of the built-in face detector: face aspect ratio is always 1, left out with a note
+    assert "face.aspect_ratio" not in ov.index and list(res.left_out) == ["face.aspect_ratio"]
+    assert "face.aspect_ratio" not in res.statistics
 
 
 # -- the Kruskal-Wallis omnibus test (stats.groupwise.kruskal_test) ------------------------------------------------
@@ -236,3 +242,50 @@ def test_cli_built_in_models_store(tmp_path, monkeypatch):
     monkeypatch.setattr(visual, "measure_image", real)  # not undo(): that also resets conftest's store
     assert main(base + ["-o", str(tmp_path / "o3"), "--no-store"]) == 0
     assert not os.path.exists(os.environ["FAIRVISION_STORE"])  # conftest's per-test store: nothing written
+
+
+def _aspect_shift(tmp_path, shift, n=40):
+    """Boxes of random area and position; group "a" has aspect ratios wider by ``shift``."""
+    rng = np.random.default_rng(0)
+    images, anns, rows = [], [], []
+    for i in range(n):
+        g = "a" if i % 2 == 0 else "b"
+        area = 4000 * rng.uniform(0.8, 1.2)
+        ar = rng.uniform(0.6, 1.0) + (shift if g == "a" else 0)
+        w = np.sqrt(area * ar)
+        h = area / w
+        x, y = 100 - w / 2 + rng.normal(0, 10), 100 - h / 2 + rng.normal(0, 10)
+        images.append({"id": i, "file_name": f"im{i}.jpg", "width": 200, "height": 200})
+        anns.append({"id": i + 1, "image_id": i, "category_id": 1, "bbox": [x, y, w, h]})
+        rows.append({"sample_id": f"im{i}", "subject_id": f"s{i}", "g": g})
+    (tmp_path / "ann.json").write_text(json.dumps({"images": images, "annotations": anns,
+                                                   "categories": [{"id": 1, "name": "person"}]}))
+    return read_coco(tmp_path / "ann.json"), pd.DataFrame(rows)
+
+
+def test_pairwise_tests_are_corrected_across_the_audit(tmp_path):
+    """Two groups: the old within-table correction is none, so aspect ratio's p = 0.024 was a "significant" pair
+    while its Kruskal-Wallis test (corrected across the 3 statistics) was not. Audit-wide Holm over the 3
+    pairwise tests (by hand: smallest p x 3) leaves it not significant, in agreement with the omnibus."""
+    from scipy.stats import mannwhitneyu
+
+    gt, samples = _aspect_shift(tmp_path, 0.02)
+    res = audit_visual(samples, gt, ["g"], min_subjects=5, n_boot=0)
+    pw = res.pairwise[("person.aspect_ratio", "g")].iloc[0]
+    ar = res.instances.groupby("g")["person.aspect_ratio"].apply(list)
+    p = mannwhitneyu(ar["a"], ar["b"], alternative="two-sided").pvalue  # independent raw p-value
+    assert pw["pvalue"] == pytest.approx(p, rel=1e-6) and 0.05 / 3 < p < 0.05
+    assert pw["pvalue_adjusted_table"] == pytest.approx(p)  # the old rule: flagged
+    raw = sorted(float(t["pvalue"].iloc[0]) for t in res.pairwise.values())
+    assert raw[0] == pytest.approx(p)
+    assert pw["pvalue_adjusted"] == pytest.approx(min(1.0, 3 * p))  # Holm, smallest of 3
+    assert not pw["significant"]
+    assert not res.omnibus.set_index("metric").loc["person.aspect_ratio", "significant"]
+    q = res.quantities()
+    assert q["significant_pairs"] == 0 and q["person.aspect_ratio.disparity"] == 0
+    assert len(res.model.top_disparities) == 0
+    # a clear difference survives the audit-wide correction
+    gt2, samples2 = _aspect_shift(tmp_path, 0.2)
+    res2 = audit_visual(samples2, gt2, ["g"], min_subjects=5, n_boot=0)
+    assert res2.pairwise[("person.aspect_ratio", "g")]["significant"].all()
+    assert res2.quantities()["significant_pairs"] == 1 and len(res2.model.top_disparities) == 1

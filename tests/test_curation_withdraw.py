@@ -432,3 +432,36 @@ def test_apply_help_says_what_a_dry_run_may_change():
 
     out = " ".join(CliRunner().invoke(app, ["curate", "withdraw", "--help"], env={"COLUMNS": "200"}).output.split())
     assert "changes nothing, except that it first finishes an earlier --apply that was interrupted" in out
+
+
+def test_hash_subject_report_names_no_withdrawn_id(ds, capsys):
+    """--hash-subject: report.json carries neither the subject id nor the withdrawn sample ids nor their image
+    paths; the withdrawn sample ids appear as the log's salted hash. rows_before are whole numbers. A repeat
+    (no-op) run with -o still writes a short report and says so."""
+    from fairvision.audits.curation.withdraw import subject_hash
+
+    root, data, pool = ds
+    out = root / "rep"
+    args = ["curate", "withdraw", str(root / "samples.csv"), "--subject", MULTI, *derived_args(root),
+            "--store", str(root / "store"), "--pool", str(root / "pool.csv"), "--apply", "--replace",
+            "--hash-subject"]
+    assert main([*args, "-o", str(out)]) == 0
+    text = (out / "report.json").read_text()
+    gone = data.loc[data["subject_id"] == MULTI]
+    assert MULTI not in text
+    for sid, path in zip(gone["sample_id"], gone["image_path"]):
+        assert sid not in text and Path(path).name not in text
+        assert subject_hash(sid) in text  # independent: the same salted hash as the log's subject_sha256
+    doc = json.loads(text)
+    sec = next(s for s in doc["sections"] if s["id"] == "curation_withdraw")
+    changes = next(b for b in sec["blocks"] if b.get("name") == "changes")
+    col = changes["columns"].index("rows_before")
+    samples_row = next(r for r in changes["data"] if r[0] == "samples")
+    assert samples_row[col] == len(data) and isinstance(samples_row[col], int)
+    # a no-op repeat with -o: a short report, and stdout says nothing changed
+    capsys.readouterr()
+    assert main([*args, "-o", str(root / "rep2")]) == 0
+    printed = capsys.readouterr().out
+    assert "nothing to do" in printed and "nothing changed" in printed
+    doc2 = json.loads((root / "rep2" / "report.json").read_text())
+    assert any("Nothing to do" in f["sentence"] for f in doc2["findings"])

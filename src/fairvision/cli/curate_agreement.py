@@ -18,7 +18,7 @@ def curate_agreement_cmd(
     coco: Path = typer.Option(..., "--coco", help="COCO annotations in which every annotation names its annotator (several annotators per image)."),
     annotator_key: str = typer.Option("annotator_id", "--annotator-key", help="Annotation field with the annotator id."),
     vendor_key: Optional[str] = typer.Option(None, "--vendor-key", help="Annotation field with the vendor (annotation team): adds within- and between-vendor agreement."),
-    attributes_key: str = typer.Option("attributes", "--attributes-key", help="Annotation field with categorical attributes {name: value or [values]} (Jaccard, Krippendorff's alpha)."),
+    attributes_key: str = typer.Option("attributes", "--attributes-key", help="Annotation field with categorical attributes: an object mapping each attribute name to a value or a list of values (Jaccard, Krippendorff's alpha)."),
     samples: Optional[Path] = typer.Option(None, "--samples", "-s", help="Sample table: sample_id, subject_id, the attribute columns (agreement by group)."),
     attr: List[str] = typer.Option([], "--attr", "-a", help="Group attribute column of --samples (repeat)."),
     output: Path = typer.Option(Path("fairvision-agreement-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),

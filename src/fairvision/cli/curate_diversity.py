@@ -35,7 +35,7 @@ def diversity_cmd(
     n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
     n_draws: int = typer.Option(100, "--n-draws", min=1, help="Random subsets per group for the score at a common size."),
     rarefy_size: Optional[int] = typer.Option(None, "--rarefy-size", min=2, help="Subjects per subset for the score at a common size (default: the smallest group's, at most 256)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects get no score at the common size."),
+    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects get no score at the common size and no interval (flagged too_small)."),
     n_null: int = typer.Option(1000, "--n-null", min=1, help="Random sets of subjects from the whole dataset that a group's score at the common size is compared with."),
     correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction of the low-diversity test: holm (default), bonferroni, bh, none."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the low-diversity test."),

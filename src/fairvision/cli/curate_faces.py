@@ -54,6 +54,10 @@ def curate_crops_cmd(
     typer.echo(f"{int(q['n_images'])} images, {int(q['n_faces'])} faces: {int(q['n_cropped'])} cropped, "
                f"{int(q['n_aligned'])} aligned" + (f"; {int(q['n_failed_images'])} images failed (failures.csv)"
                                                    if q["n_failed_images"] else ""))
+    none = res.no_face
+    if none:
+        shown = ", ".join(none[:20]) + (f" and {len(none) - 20} more" if len(none) > 20 else "")
+        typer.echo(f"no face found in {len(none)} image(s) (manifest rows with skipped = 'no face found'): {shown}")
 
 
 def register(curate_app: typer.Typer) -> None:

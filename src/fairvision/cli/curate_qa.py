@@ -40,7 +40,7 @@ def image_table(source: str):
 def curate_qa_cmd(
     source: str = typer.Argument(..., help="A folder of images, a sample table with image paths, or 'portraits' / 'demo'."),
     output: Path = typer.Option(Path("fairvision-qa-report"), "--output", "-o", help="Output folder for report.html, report.json, tables/ and images.csv."),
-    split_col: Optional[str] = typer.Option(None, "--split-col", help="Column of the split (train/test...): near duplicates across splits are counted."),
+    split_col: Optional[str] = typer.Option(None, "--split-col", help="Column of the split (train/test...): near duplicates across splits are counted. For a folder without such a column, the first subfolder is the split (photos/train/x.jpg: train)."),
     min_side: int = typer.Option(256, "--min-side", help="Resolution floor: flag images whose shorter side is below this many pixels."),
     hamming: int = typer.Option(6, "--hamming", help="Near duplicate: perceptual hashes at most this many bits (of 64) apart."),
     strip_to: Optional[Path] = typer.Option(None, "--strip-metadata-to", help="Write copies of the readable images without EXIF/GPS/XMP/comments into this folder."),
@@ -60,12 +60,14 @@ def curate_qa_cmd(
         check_outdir(strip_to)
     conditions = [parse_condition(c) for c in fail_if]
     # lazy: numpy, pandas, PIL and the report stack cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.curation.qa import audit_images, strip_all
+    from fairvision.audits.curation.qa import audit_images, split_from_folder, strip_all
     from fairvision.io.atomic import atomic_output_dir
     from fairvision.report import Report
     from fairvision.report.sections.curation_qa import qa_section
 
     data = image_table(source)
+    if split_col is not None and split_col not in data.columns and Path(source).is_dir():
+        data = split_from_folder(data, source, split_col)  # photos/train/x.jpg: split "train"
     results = results_store(store, no_store)  # checks of files seen before
     with progress_bar("checking images") as progress:
         result = audit_images(data, split_col=split_col, min_side=min_side, hamming=hamming, workers=workers,
@@ -83,9 +85,15 @@ def curate_qa_cmd(
     result.images.to_csv(buf, index=False)
     paths = report.write(output, extra_files={"images.csv": buf.getvalue().encode()})
     q = result.quantities()
+    across = f" ({int(q['n_cross_split_duplicates'])} across splits)" if split_col is not None else ""
     done(paths, f"{int(q['n_images'])} images: {int(q['n_unreadable'])} unreadable, {int(q['n_low_resolution'])} "
-                f"below {min_side} px, {int(q['n_near_duplicate_pairs'])} near-duplicate pairs "
-                f"({int(q['n_cross_split_duplicates'])} across splits), {int(q['n_with_gps'])} with GPS")
+                f"below {min_side} px, {int(q['n_near_duplicate_pairs'])} near-duplicate pairs{across}, "
+                f"{int(q['n_with_gps'])} with GPS")
+    bad = result.images.loc[~result.images["readable"]]
+    for path, error in list(zip(bad["image_path"], bad["error"]))[:20]:
+        typer.echo(f"  unreadable: {path}: {error}")
+    if len(bad) > 20:
+        typer.echo(f"  ... and {len(bad) - 20} more unreadable files (images.csv)")
     exit_if_gates_failed(evaluated)
 
 

@@ -77,7 +77,11 @@ def curate_visual_cmd(
     paths = report.write(output, extra_files={"instances.csv": result.instances.drop(
         columns=[c for c in ("segmentation",) if c in result.instances.columns]).to_csv(index=False).encode()})
     sig = int(result.omnibus["significant"].sum()) if len(result.omnibus) else 0
-    done(paths, f"{result.n_instances} annotations on {result.n_images} images; {sig} statistics differ between groups")
+    cached = ""
+    if coco is None and "from_cache" in gt.images.columns:
+        cached = f" ({int(gt.images['from_cache'].sum())} of {len(gt.images)} images read from the results store)"
+    done(paths, f"{result.n_instances} annotations on {result.n_images} images{cached}; {sig} statistics differ "
+                "between groups" + (f"; left out: {', '.join(result.left_out)} (see the report)" if result.left_out else ""))
     exit_if_gates_failed(evaluated)
 
 

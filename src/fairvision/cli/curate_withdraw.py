@@ -33,7 +33,7 @@ def withdraw_cmd(
     no_store: bool = typer.Option(False, "--no-store", help="Leave the results store alone."),
     log: Optional[Path] = typer.Option(None, "--log", help="Audit log, JSON Lines, appended to (default: withdrawals.log.jsonl beside SAMPLES)."),
     operator: Optional[str] = typer.Option(None, "--operator", help="Who does the withdrawal, for the log (default: the OS user)."),
-    hash_subject: bool = typer.Option(False, "--hash-subject", help="Log the SHA-256 of the subject id, not the id (and no sample ids)."),
+    hash_subject: bool = typer.Option(False, "--hash-subject", help="Log the SHA-256 of the subject id, not the id (and no sample ids); the report (-o) then shows no subject or sample id of the withdrawn subjects either."),
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Column of the subject id (default subject_id)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write a report (report.html, report.json, tables/) to this folder."),
 ):
@@ -67,6 +67,8 @@ def withdraw_cmd(
         when = plan.previous[-1].get("time") if plan.previous else None
         typer.echo(f"nothing to do: subject {who} is in none of the files" +
                    (f" (withdrawn {when}, logged in {plan.log_path})" if when else ""))
+        if output is not None:
+            _write_report(plan, output, samples=samples, pool=pool, applied=False, hash_subject=hash_subject)
         return
     _print_plan(plan, applied=apply)
     entry = None
@@ -76,15 +78,22 @@ def withdraw_cmd(
     else:
         typer.echo("dry run: nothing " + ("else " if finished else "") + "was changed (--apply does it)")
     if output is not None:
-        from fairvision.report import Report
-        from fairvision.report.sections.curation_withdraw import withdraw_section
+        _write_report(plan, output, samples=samples, pool=pool, applied=bool(entry), hash_subject=hash_subject)
 
-        report = Report(title=f"Consent withdrawal: {samples.name}", subtitle="fairvision curate withdraw",
-                        meta={"samples": str(samples), "applied": bool(entry), "log": str(plan.log_path),
-                              "pool": str(pool) if pool else None})
-        report.add(withdraw_section(plan, applied=bool(entry)))
-        paths = report.write(output)
-        typer.echo(f"report: {Path(paths['html']).resolve()}")
+
+def _write_report(plan, output: Path, *, samples: Path, pool: Optional[Path], applied: bool, hash_subject: bool) -> None:
+    """The report of a withdrawal (also of one with nothing to do): with --hash-subject no withdrawn subject or
+    sample id appears in it, as in the log."""
+    from fairvision.report import Report
+    from fairvision.report.sections.curation_withdraw import withdraw_section
+
+    report = Report(title=f"Consent withdrawal: {samples.name}", subtitle="fairvision curate withdraw",
+                    meta={"samples": str(samples), "applied": applied, "log": str(plan.log_path),
+                          "pool": str(pool) if pool else None, "subject ids": "hashed" if hash_subject else "shown"})
+    report.add(withdraw_section(plan, applied=applied, hash_subject=hash_subject))
+    paths = report.write(output)
+    typer.echo(f"report: {Path(paths['html']).resolve()}" +
+               (" (nothing changed: the report says so)" if plan.nothing_to_do else ""))
 
 
 def _print_plan(plan, *, applied: bool) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -172,11 +173,23 @@ def inspect_image_file(path: str | os.PathLike) -> dict:
             out["width"], out["height"] = im.size
             grey = np.asarray(im.convert("L"), dtype=np.float32)
     except Exception as exc:  # noqa: BLE001 - every decoder failure is a finding about the file
-        out["error"] = " ".join(str(exc).split()) or type(exc).__name__
+        out["error"] = decoder_message(exc)
         return out
     out["readable"] = True
     out["phash"] = int(phash_from_grey(grey_thumbnail(grey)))
     return out
+
+
+def decoder_message(exc: BaseException) -> str:
+    """One deterministic line for a decoder failure: Pillow's message without the in-memory buffer's address
+    (``cannot identify image file <_io.BytesIO object at 0x...>`` becomes ``cannot identify image file (not an
+    image format Pillow can decode)``); the file's path goes next to it, not into it (a stored check is shared by
+    every copy of the same bytes)."""
+    msg = " ".join(str(exc).split())
+    msg = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", msg).strip()
+    if msg == "cannot identify image file":
+        msg += " (not an image format Pillow can decode)"
+    return msg or type(exc).__name__
 
 
 def reencode_without_metadata(data: bytes) -> tuple[bytes, str]:

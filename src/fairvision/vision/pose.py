@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from fairvision.engine.pool import quiet_native_stderr
 from fairvision.errors import FairvisionError
 
 _LOCK = threading.Lock()
@@ -34,10 +35,11 @@ def get_pose_model(model_complexity: int = 1):
             model = _MODELS.get(key)
             if model is None:
                 os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
-                import mediapipe as mp  # heavy (about 1 s); imported on first use
+                with quiet_native_stderr():  # TFLite's "Created ... XNNPACK delegate" and glog lines
+                    import mediapipe as mp  # heavy (about 1 s); imported on first use
 
-                model = mp.solutions.pose.Pose(static_image_mode=True, model_complexity=key,
-                                               min_detection_confidence=0.5)
+                    model = mp.solutions.pose.Pose(static_image_mode=True, model_complexity=key,
+                                                   min_detection_confidence=0.5)
                 _MODELS[key] = model
     return model
 
@@ -63,7 +65,7 @@ def detect_pose(image: np.ndarray, *, model_complexity: int = 1) -> np.ndarray |
         raise FairvisionError(f"detect_pose: expected an (H, W, 3) RGB image, got shape {img.shape}")
     h, w = img.shape[:2]
     model = get_pose_model(model_complexity)
-    with _LOCK:  # one graph per process; mediapipe graphs are not re-entrant
+    with _LOCK, quiet_native_stderr():  # one graph per process, not re-entrant; native log lines to /dev/null
         res = model.process(img)
     if res.pose_landmarks is None:
         return None

@@ -21,6 +21,7 @@ from scipy import sparse
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse.csgraph import connected_components
 
+from fairvision.audits.curation.family import correct_across
 from fairvision.audits.model import ModelAuditResult, audit_model
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.io.coco import CocoDataset, image_sample_ids, read_coco
@@ -364,6 +365,9 @@ def audit_agreement(
             kw["max_k"] = max_k
             res.by_group = audit_model(matched, use, attrs, subject_col=subject_col, min_subjects=min_subjects,
                                        schema=schema, **kw)
+    # pairwise tests of vendor pairs and of groups: one family across every measure and attribute set, so a
+    # pair is significant only if it survives the audit-wide correction
+    correct_across([res.by_vendor, res.by_group], correction, alpha)
     res.alpha = _alpha_table(pairs, ex, coco.annotations["image_id"].to_numpy(), names, subject_col, n_boot, level, seed)
     res.pairs = pairs.drop(columns=["_subject"]) if "_subject" in pairs.columns else pairs
     return res

@@ -456,8 +456,11 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
                    "rarefy_size": size if size >= 2 else np.nan, "pvalue": np.nan, "too_small": k < min_subjects}
             if r.size:
                 res = vendi_ci(x[r], clusters[r], n_boot=n_boot, level=level, seed=rng)
-                row.update(vendi=res.estimate, ci_low=res.ci_low, ci_high=res.ci_high,
-                           vendi_per_image=res.estimate / r.size)
+                row.update(vendi=res.estimate, vendi_per_image=res.estimate / r.size)
+                # a bootstrap over fewer than min_subjects subjects gives intervals far too narrow (3 subjects:
+                # 2.70 [2.64, 2.82]): such a group gets the score but no interval, and is flagged too_small
+                if k >= min_subjects:
+                    row.update(ci_low=res.ci_low, ci_high=res.ci_high)
             if attr == "(all)" and null is not None:
                 lo, hi = percentile_ci(null, level)
                 row.update(rarefied=float(null.mean()), rarefied_low=float(lo), rarefied_high=float(hi))
@@ -479,7 +482,18 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
             "embedder": embedder, "variants": list(variants), "min_subjects": min_subjects,
             "n_failed": {v: int((~status.loc[status["variant"] == v, "ok"]).sum()) for v in variants},
             "from_cache": int(status["from_cache"].sum()),
-            "mask_sources": status.loc[status["variant"] != "whole", "mask_source"].replace("", np.nan).dropna()
-            .value_counts().to_dict()}
+            # images, not (image, variant) rows: the scene and subject variants of an image share one mask
+            "mask_sources": mask_source_counts(status)}
     return DiversityResult(scores=scores, status=status, embeddings=emb, variants=variants, embedder=embedder,
                            level=level, alpha=alpha, correction=correction, meta=meta)
+
+
+def mask_source_counts(status: pd.DataFrame) -> dict[str, int]:
+    """Images per person-mask source (file, box, selfie), each image counted once."""
+    st = status[(status["variant"] != "whole") & (status["mask_source"].fillna("") != "")]
+    if not len(st):
+        return {}
+    # one row per image and variant: images per source within each variant, the most over the variants (the
+    # scene and subject variants of an image are cut from the same mask)
+    per_variant = st.groupby(["variant", "mask_source"]).size().unstack(fill_value=0)
+    return {str(k): int(v) for k, v in per_variant.max(axis=0).sort_values(ascending=False).items()}

@@ -28,6 +28,8 @@ from fairvision.vision.face_crops import ALIGN_METHODS, align_face, crop_face, f
 POINTS = ("left_eye", "right_eye", "left_mouth", "right_mouth")
 POINT_COLUMNS = tuple(f"{p}_{a}" for p in POINTS for a in ("x", "y"))
 BOX_COLUMNS = ("box_x0", "box_y0", "box_x1", "box_y1")
+#: ``skipped`` of the one manifest row of an image in which no face was found
+NO_FACE = "no face found"
 
 
 @dataclass
@@ -38,9 +40,17 @@ class FaceSetsResult:
     failures: pd.DataFrame
     meta: dict = field(default_factory=dict)
 
+    @property
+    def no_face(self) -> list[str]:
+        """Sample ids of the images in which no face was found (one manifest row each, ``skipped`` says so)."""
+        m = self.manifest
+        return m.loc[m["skipped"] == NO_FACE, SAMPLE_ID].astype(str).tolist() if len(m) else []
+
     def quantities(self) -> dict[str, float]:
         m = self.manifest
-        return {"n_images": float(self.meta.get("n_images", 0)), "n_faces": float(len(m)),
+        n_none = len(self.no_face)
+        return {"n_images": float(self.meta.get("n_images", 0)), "n_faces": float(len(m) - n_none),
+                "n_no_face": float(n_none),
                 "n_cropped": float(m["cropped_path"].notna().sum()) if len(m) else 0.0,
                 "n_aligned": float(m["aligned_path"].notna().sum()) if len(m) else 0.0,
                 "n_failed_images": float(len(self.failures))}
@@ -104,6 +114,9 @@ def faces_of_image(item: tuple) -> list[dict]:
     if faces is None:
         faces = find_faces(img)
     name = _safe_name(sample_id)
+    if not len(faces):  # a trace of every image: one row saying no face was found
+        return [{SAMPLE_ID: sample_id, "face": None, "model": None, "image_width": w, "image_height": h,
+                 "cropped_path": None, "aligned_path": None, "skipped": NO_FACE}]
     rows = []
     for k, f in enumerate(faces):
         idx = f.get("face") if f.get("face") is not None else k
@@ -186,7 +199,8 @@ def derive_face_sets(
     Returns
     -------
     FaceSetsResult
-        ``manifest``: one row per face (``sample_id``, ``face``, ``model``, box, points, ``cropped_path``,
+        ``manifest``: one row per face, and one row (``face`` empty, ``skipped`` = ``"no face found"``) per
+        image in which no face was found (``sample_id``, ``face``, ``model``, box, points, ``cropped_path``,
         crop rectangle, ``aligned_path`` (None when skipped), ``skipped`` (the reason), the affine matrix
         ``m00..m12`` and the eyes' output coordinates); ``failures``: images that could not be read.
     """
@@ -217,6 +231,8 @@ def derive_face_sets(
             if progress is not None:
                 progress(done, total)
         manifest = pd.DataFrame(rows)
+        if "face" in manifest.columns:  # 0, not 0.0, next to a no-face row's empty face
+            manifest["face"] = pd.to_numeric(manifest["face"]).astype("Int64")
         if manifest.empty:
             manifest = pd.DataFrame(columns=[SAMPLE_ID, "face", "model", "cropped_path", "aligned_path", "skipped"])
         failures = pd.DataFrame(fails, columns=[SAMPLE_ID, IMAGE_PATH, "error"])

@@ -200,8 +200,10 @@ def audit_images(
         im[c] = im.get(c, False)
         im[c] = im[c].fillna(False).astype(bool)
     im["readable"] = im["readable"].fillna(False).astype(bool)
-    short = np.fmin(pd.to_numeric(im.get("width"), errors="coerce"), pd.to_numeric(im.get("height"), errors="coerce"))
-    im["low_resolution"] = im["readable"] & (short < int(min_side))
+    for c in ("width", "height", "n_bytes"):  # whole numbers also when some file is unreadable (nullable ints)
+        im[c] = pd.to_numeric(im[c], errors="coerce").astype("Int64")
+    short = np.fmin(im["width"].astype("float64"), im["height"].astype("float64"))
+    im["low_resolution"] = (im["readable"] & (short < int(min_side))).fillna(False).astype(bool)
     im["has_metadata"] = im["has_exif"] | im["has_gps"] | im["has_xmp"] | im["has_comment"]
 
     # exact duplicates: the same bytes
@@ -236,6 +238,29 @@ def audit_images(
         im["phash"] = [hash_hex(v) if v is not None and v == v else None for v in im["phash"]]
     params = {"min_side": int(min_side), "hamming": int(hamming), "split_col": split_col}
     return QAResult(im, exact, near, params, n_from_cache=n_cached)
+
+
+def split_from_folder(data: pd.DataFrame, root: str | Path, split_col: str = "split") -> pd.DataFrame:
+    """Add the split of each image of a folder source from its first subfolder (docs/METHODS.md §13.7).
+
+    ``root/train/a.jpg`` is in split ``train``, ``root/test/x/b.jpg`` in ``test``; an image directly in ``root``
+    has no split (missing). Used by ``curate qa FOLDER --split-col NAME`` when the folder's table has no column
+    ``NAME``. Raises :class:`~fairvision.errors.FairvisionError` when no image is in a subfolder.
+    """
+    root = Path(root)
+    splits = []
+    for p in data[IMAGE_PATH]:
+        try:
+            parts = Path(str(p)).relative_to(root).parts
+        except ValueError:
+            parts = ()
+        splits.append(parts[0] if len(parts) > 1 else None)
+    if not any(s is not None for s in splits):
+        raise FairvisionError(f"{root}: --split-col {split_col}: no subfolders to take the split from (put the "
+                              f"images in {root}/train/, {root}/test/ ..., or give a table with a {split_col} column)")
+    out = data.copy()
+    out[split_col] = pd.Series(splits, index=out.index, dtype=object)
+    return out
 
 
 @functools.lru_cache(maxsize=1)

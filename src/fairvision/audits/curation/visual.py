@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision import __version__
+from fairvision.audits.curation.family import correct_across
 from fairvision.audits.model import ModelAuditResult, audit_model
 from fairvision.engine import imap
 from fairvision.engine.cache import content_key, source_signature
@@ -327,8 +328,14 @@ def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, workers
     gt = CocoDataset(pd.DataFrame(images, columns=["image_id", "file_name", "width", "height", "from_cache"]),
                      pd.DataFrame(anns, columns=cols),
                      pd.DataFrame({"category_id": [1, 2], "name": [PERSON, FACE], "keypoints": [None, None],
-                                   "skeleton": [None, None]}), source=f"{source} (built-in models)")
+                                   "skeleton": [None, None]}), source=f"{source}{BUILT_IN_SOURCE}")
     return gt, pd.DataFrame(failed, columns=[SAMPLE_ID, "error"])
+
+
+#: the end of the ``source`` of a dataset annotated by :func:`coco_from_models`
+BUILT_IN_SOURCE = " (built-in models)"
+#: a statistic whose values span at most this share of their largest magnitude (at least 1) is constant
+CONSTANT_TOLERANCE = 1e-3
 
 
 # -- the audit ----------------------------------------------------------------------------------------------------
@@ -344,8 +351,8 @@ class VisualAudit:
     overall : DataFrame
         Per statistic (``category.statistic``): n, median, q25, q75, mean.
     groups : dict
-        ``(statistic, attribute set) -> DataFrame`` by group: n_samples, n_subjects, mean, median, q25, q75,
-        iqr, sd, ci_low, ci_high, too_small.
+        ``(statistic, attribute set) -> DataFrame`` by group: n_annotations (annotations with the statistic),
+        n_images, n_subjects, mean, median, q25, q75, iqr, sd, ci_low, ci_high, too_small.
     pairwise : dict
         ``(statistic, attribute set) -> DataFrame`` of pairwise Mann-Whitney tests (subject means).
     omnibus : DataFrame
@@ -375,6 +382,9 @@ class VisualAudit:
     heatmaps: pd.DataFrame = field(default_factory=pd.DataFrame)
     model: ModelAuditResult | None = None
     failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: statistics left out of the tables and tests (name -> why): the built-in detector's face aspect ratio, and
+    #: any statistic with one value for every annotation
+    left_out: dict = field(default_factory=dict)
 
     def heatmap(self, what: str, attribute: str | None = None, group: str | None = None) -> np.ndarray:
         """The ``bins x bins`` histogram (shares) of one kind of point, overall or for one group."""
@@ -516,7 +526,9 @@ def audit_visual(
         Subject column of ``data`` (bootstrap and test unit); every image its own subject when absent.
     max_k, min_subjects, correction, alpha, n_boot, level, seed, schema
         As :func:`fairvision.audits.model.audit_model`; ``correction`` also adjusts the Kruskal-Wallis tests
-        (one family: all statistics and attribute sets).
+        (one family: all statistics and attribute sets) and, separately, the pairwise tests of all statistics
+        and attribute sets as one family (:func:`fairvision.audits.curation.family.correct_across`; each table's
+        own adjustment is kept as ``pvalue_adjusted_table``).
     bins : int
         Cells per side of the heat maps.
     source : str
@@ -555,6 +567,23 @@ def audit_visual(
                 metrics.append(name)
     if not metrics:
         raise FairvisionError(f"{coco.source}: the annotations have no boxes, masks or keypoints")
+    # a statistic with one value for every annotation (the built-in face detector's square boxes: face
+    # aspect ratio 1) describes the annotation tool, not the images: left out of the tests, with a note
+    left_out = {}
+    built_in = str(coco.source).endswith(BUILT_IN_SOURCE)
+    for m in metrics:
+        v = inst[m].to_numpy(float)
+        v = v[np.isfinite(v)]
+        if built_in and m == f"{FACE}.aspect_ratio":
+            left_out[m] = ("the built-in face detector's boxes are square: the aspect ratio is 1 but for faces "
+                           "cut by the image border")
+        # within 0.1 %: square boxes come back as 1 +- 1e-4 after the conversion to pixels
+        elif v.size and np.ptp(v) <= CONSTANT_TOLERANCE * max(1.0, float(np.abs(v).max())):
+            left_out[m] = f"always {float(np.median(v)):.4g}"
+    if left_out and len(left_out) < len(metrics):
+        metrics = [m for m in metrics if m not in left_out]
+    else:
+        left_out = {}  # every statistic left out: keep them, there is nothing else to show
     overall = pd.DataFrame({
         "n": [int(np.isfinite(inst[m]).sum()) for m in metrics],
         "median": [float(np.nanmedian(inst[m])) for m in metrics],
@@ -564,7 +593,7 @@ def audit_visual(
     }, index=pd.Index(metrics, name="statistic"))
     res = VisualAudit(statistics=metrics, attributes=[a.name for a in attrs], source=coco.source,
                       n_images=int(inst["image_id"].nunique()), n_instances=len(inst), n_unmatched_images=unmatched,
-                      bins=int(bins), correction=correction, alpha=alpha, overall=overall)
+                      bins=int(bins), correction=correction, alpha=alpha, overall=overall, left_out=left_out)
     kp = keypoint_points(coco)
     kp = kp[kp["image_id"].isin(inst["image_id"])]
     res.heatmaps = _heatmaps(inst, kp, attrs, int(bins), source)
@@ -587,8 +616,16 @@ def audit_visual(
                 table.insert(4, "q25", q[0.25].to_numpy() if 0.25 in q else np.nan)
                 table.insert(5, "q75", q[0.75].to_numpy() if 0.75 in q else np.nan)
                 table.insert(6, "iqr", table["q75"] - table["q25"])
+                # the model audit counts rows: here a row is an annotation; images counted apart
+                table = table.rename(columns={"n_samples": "n_annotations"})
+                img = pd.Series(inst["image_id"].to_numpy()[inter.rows][ok])
+                n_img = img.groupby(inter.codes[ok]).nunique().reindex(range(inter.n_cells), fill_value=0)
+                table.insert(list(table.columns).index("n_annotations") + 1, "n_images", n_img.to_numpy(int))
                 res.groups[(m, inter.name)] = table
         res.omnibus = _omnibus(inst, metrics, inters, subjects, min_subjects, correction, alpha)
+        # pairwise tests: one family across every statistic and attribute set, like the omnibus tests, so a pair
+        # is significant only if it survives the audit-wide correction (not only its own table's)
+        correct_across([model], correction, alpha)
     res.instances = inst.drop(columns=["_row"] + (["_subject"] if "_subject" in inst.columns else []))
     return res
 

@@ -551,9 +551,11 @@ class WithdrawalPlan:
         return (not self.files and not sum(self.store_rows.values())
                 and not (self.delete_images and bool((self.images["exists"] & ~self.images["shared"]).any())))
 
-    def to_frame(self) -> pd.DataFrame:
+    def to_frame(self, *, hash_subject: bool = False) -> pd.DataFrame:
         """One row per thing changed: ``kind`` (samples, table, coco, store, image), ``path``,
-        ``rows_before``, ``rows_removed``, ``rows_added``, ``sha256_before``, ``sha256_after``, ``detail``."""
+        ``rows_before``, ``rows_removed``, ``rows_added`` (whole numbers, missing where they do not apply),
+        ``sha256_before``, ``sha256_after``, ``detail``. With ``hash_subject`` an image row has no path (its
+        file name is often the sample id; the log leaves it out too), only its SHA-256."""
         rows = [{"kind": f.role, "path": str(f.path), "rows_before": f.rows_before, "rows_removed": f.rows_removed,
                  "rows_added": f.rows_added, "sha256_before": f.sha256_before, "sha256_after": f.sha256_after,
                  "detail": f.detail} for f in self.files]
@@ -562,13 +564,28 @@ class WithdrawalPlan:
                          "rows_removed": int(n), "rows_added": 0, "sha256_before": None, "sha256_after": None,
                          "detail": f"stage {stage}"})
         for r in self.images.itertuples(index=False):
-            rows.append({"kind": "image", "path": r.image_path, "rows_before": None,
+            rows.append({"kind": "image", "path": None if hash_subject else r.image_path, "rows_before": None,
                          "rows_removed": int(bool(self.delete_images and r.exists and not r.shared)), "rows_added": 0,
                          "sha256_before": r.sha256, "sha256_after": None,
                          "detail": ("shared with a kept row, kept" if r.shared else "deleted" if self.delete_images
                                     else "listed, kept") if r.exists else "missing"})
-        return pd.DataFrame(rows, columns=["kind", "path", "rows_before", "rows_removed", "rows_added",
-                                           "sha256_before", "sha256_after", "detail"])
+        out = pd.DataFrame(rows, columns=["kind", "path", "rows_before", "rows_removed", "rows_added",
+                                          "sha256_before", "sha256_after", "detail"])
+        for c in ("rows_before", "rows_removed", "rows_added"):  # 100, not 100.0 next to a missing count
+            out[c] = pd.to_numeric(out[c]).astype("Int64")
+        return out
+
+    def pairs_frame(self, *, hash_subject: bool = False) -> pd.DataFrame | None:
+        """The replacement pairs (None without a pool). With ``hash_subject`` the withdrawn sample ids are
+        replaced by their salted SHA-256 (:func:`subject_hash`, as the log hashes subject ids), in a column
+        ``withdrawn_sample_sha256``."""
+        if self.replacement is None:
+            return None
+        pairs = self.replacement.pairs.copy()
+        if hash_subject:
+            pairs.insert(0, "withdrawn_sample_sha256", [subject_hash(s) for s in pairs["withdrawn_sample_id"]])
+            pairs = pairs.drop(columns="withdrawn_sample_id")
+        return pairs
 
     def log_entry(self, *, operator: str | None = None, hash_subject: bool = False) -> dict:
         """The audit-log record of this withdrawal (no image content, only hashes)."""

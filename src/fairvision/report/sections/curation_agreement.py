@@ -31,7 +31,8 @@ def agreement_section(result, *, conditions: list[dict] | None = None) -> Sectio
         f"annotations of each pair of annotators are matched one-to-one by box IoU (at least {result.min_iou}); "
         "matched pairs are scored by box IoU, object keypoint similarity (OKS), mask Dice and the Jaccard index of "
         "categorical attributes. Means carry subject-bootstrap CIs; vendor pairs and groups of subjects are compared "
-        f"with Mann-Whitney tests ({result.correction} correction); annotators are described, not tested, since "
+        f"with Mann-Whitney tests ({result.correction} correction over every pairwise test of the audit, all "
+        "measures, vendor pairs and attribute sets as one family); annotators are described, not tested, since "
         "every match belongs to two annotators. Krippendorff's alpha (nominal) summarises each categorical attribute."))
     overview = {"images": result.n_images, "annotations": result.n_annotations, "annotators": len(result.annotators),
                 "vendors": len(result.vendors), "match rate": q.get("match_rate")}

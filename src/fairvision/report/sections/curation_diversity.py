@@ -69,11 +69,13 @@ def diversity_section(result, *, conditions: list[dict] | None = None,
         sec.table("status", result.status[~result.status["ok"]], "Images without an embedding and why.")
     if m.get("mask_sources"):
         sec.note("Person masks: " + ", ".join(f"{k} {v}" for k, v in m["mask_sources"].items())
-                 + " (file: supplied masks; box: person boxes; selfie: mediapipe selfie segmentation).")
+                 + " images (file: supplied masks; box: person boxes; selfie: mediapipe selfie segmentation).")
     small = groups[groups["too_small"]]
     if len(small):
         sec.note(f"{small[['attribute', 'group']].drop_duplicates().shape[0]} groups have fewer than "
-                 f"{m.get('min_subjects')} subjects: no rarefied score.", "warning")
+                 f"{m.get('min_subjects')} subjects (too_small): no rarefied score and no interval, since a "
+                 "bootstrap over so few subjects gives intervals far too narrow; their 'vendi' is a bare "
+                 "description.", "warning")
     sec.note("Embeddings from an ImageNet classifier (or a face recogniser) see what that model was trained to "
              "tell apart; the scores compare groups under that model, not diversity in any absolute sense.")
     _findings(sec, result)

@@ -48,7 +48,9 @@ def visual_section(result, *, conditions: list[dict] | None = None) -> Section:
         "How people appear in the images, per annotation (FHIBE Fig. 5; docs/METHODS.md §13.3): box area and "
         "aspect ratio, distance of the box centre from the image centre, mask area and concavity, keypoint "
         "spread and visibility. Per group: median and IQR, the mean with a subject-bootstrap CI, a Kruskal-Wallis "
-        f"test across groups and pairwise Mann-Whitney tests on subject means ({result.correction} correction). "
+        f"test across groups and pairwise Mann-Whitney tests on subject means ({result.correction} correction: the "
+        "omnibus tests of every statistic and attribute set are one family, their pairwise tests another, so a "
+        "pair is significant only if it survives the audit-wide correction). "
         f"Annotations: {result.source}."))
     sec.metrics("overview", {"images": result.n_images, "annotations": result.n_instances,
                              "statistics": len(result.statistics), "attributes": len(result.attributes),
@@ -63,6 +65,10 @@ def visual_section(result, *, conditions: list[dict] | None = None) -> Section:
     if len(result.failures):
         sec.note(f"{len(result.failures)} images could not be measured (see the failures table).", "warning")
         sec.table("failures", result.failures, "Images the built-in models could not measure", max_rows=20)
+    if result.left_out:
+        sec.note("Left out of the tables and tests: " + "; ".join(f"{m} ({why})" for m, why in result.left_out.items())
+                 + ". A statistic fixed by the annotation tool, or with one value for every annotation, tells "
+                 "nothing about the groups.", "info")
     sec.table("overall", result.overall.assign(meaning=[DESCRIPTIONS.get(s.split(".", 1)[-1], "") for s in result.overall.index]),
               "Every statistic over all annotations: median, quartiles and mean")
     if len(result.omnibus):
@@ -70,7 +76,7 @@ def visual_section(result, *, conditions: list[dict] | None = None) -> Section:
         sec.table("omnibus", om, "Kruskal-Wallis test per statistic and attribute set (subject means)", highlight="significant")
         for _, r in om[om["significant"]].sort_values("pvalue_adjusted").iterrows():
             table = result.groups[(r["metric"], r["intersection"])]
-            t = table[~table["too_small"] & (table["n_samples"] > 0)]
+            t = table[~table["too_small"] & (table["n_annotations"] > 0)]
             if not len(t):
                 continue
             lo, hi = t["median"].idxmin(), t["median"].idxmax()

@@ -6,8 +6,23 @@ from fairvision.groups import group_label
 from fairvision.report import Section
 
 
-def withdraw_section(plan, *, applied: bool, title: str = "Consent withdrawal") -> Section:
-    """Turn a :class:`fairvision.audits.curation.withdraw.WithdrawalPlan` into a report section."""
+def withdraw_section(plan, *, applied: bool, hash_subject: bool = False, title: str = "Consent withdrawal") -> Section:
+    """Turn a :class:`fairvision.audits.curation.withdraw.WithdrawalPlan` into a report section.
+
+    With ``hash_subject`` no subject or sample id of the withdrawn subjects appears (as in the log): withdrawn
+    sample ids are salted SHA-256 hashes, image rows carry no path. A plan with nothing to do gives a short
+    section saying so.
+    """
+    if plan.nothing_to_do:
+        sec = Section("curation_withdraw", title, intro=(
+            f"Withdrawal of {len(plan.subjects)} subject(s): nothing to do, the subjects are in none of the files "
+            "or the results store (already withdrawn, or never there). Nothing was changed or logged "
+            "(docs/METHODS.md §13.5)."))
+        sec.metrics("key figures", {"subjects": len(plan.subjects), "images withdrawn": 0, "files changed": 0})
+        when = [e.get("time") for e in plan.previous if e.get("time")]
+        sec.finding("Nothing to do: the subjects are in none of the files" +
+                    (f" (withdrawn {when[-1]})" if when else ""), "info", target="key figures")
+        return sec
     state = "applied" if applied else "a dry run: nothing was changed"
     sec = Section("curation_withdraw", title, intro=(
         f"Withdrawal of {len(plan.subjects)} subject(s) ({state}). Every row of the subjects goes from the samples "
@@ -15,7 +30,7 @@ def withdraw_section(plan, *, applied: bool, title: str = "Consent withdrawal") 
         "files and images, never the images. Replacements are the pool images that best match the withdrawn "
         "ones on the primary attributes first, then the secondary ones, by an optimal assignment "
         "(docs/METHODS.md §13.5)."))
-    frame = plan.to_frame()
+    frame = plan.to_frame(hash_subject=hash_subject)
     rep = plan.replacement
     sec.metrics("key figures", {
         "subjects": len(plan.subjects),
@@ -29,7 +44,7 @@ def withdraw_section(plan, *, applied: bool, title: str = "Consent withdrawal") 
               "Every file, store stage and image the withdrawal touches, with row counts and SHA-256 of the "
               "content before and after.")
     if rep is not None:
-        sec.table("replacements", rep.pairs, f"Withdrawn image -> chosen pool image ({rep.n_eligible} eligible of "
+        sec.table("replacements", plan.pairs_frame(hash_subject=hash_subject), f"Withdrawn image -> chosen pool image ({rep.n_eligible} eligible of "
                                              f"{rep.n_candidates} candidates; match on {', '.join(rep.match)}).")
         short = rep.pairs["sample_id"].isna().sum()
         if short:
