@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from fairvision.cli import main
-from fairvision.datasets import demo_path, load_demo, load_portraits
+from fairvision.datasets import load_demo, load_portraits
 
 # the synthetic inputs of the feature tests (tests/ is on sys.path: pytest's default "prepend" import mode)
 from test_curation_agreement import _coco as agreement_coco  # noqa: E402
@@ -27,7 +27,7 @@ from test_generative_compare import _run as generative_run, _write_run  # noqa: 
 from test_vlm import stub_model  # noqa: E402
 from test_vlm_variants import paired_predictions  # noqa: E402
 from test_vlm_vqa import stub_answers  # noqa: E402
-from test_report_browser import CHROMIUM, _skip_or_fail  # noqa: E402
+from test_report_browser import _browser  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -152,22 +152,8 @@ def reports(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def browser():
-    if not CHROMIUM:
-        _skip_or_fail("no Chromium found (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _skip_or_fail("playwright is not installed (pip install -e '.[test]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
+    with _browser() as b:  # the same launch (flags, skip or fail) as tests/test_report_browser.py
+        yield b
 
 
 @pytest.fixture(scope="module")
