@@ -27,6 +27,7 @@ import base64
 import hashlib
 import json
 import zlib
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -141,7 +142,7 @@ def _pick_device(torch, device: str) -> str:
     return device
 
 
-class ClipAdapter:
+class ClipAdapter(ABC):
     """A CLIP-style model as two encoders into one space (docs/METHODS.md §12.4).
 
     Subclasses set ``name``, ``signature`` and ``note`` and implement ``_image_batch`` (a list of RGB uint8
@@ -193,11 +194,13 @@ class ClipAdapter:
         """(m, d) float32 unit rows for prompts."""
         return self._batched([str(t) for t in texts], self._text_batch)
 
-    def _image_batch(self, images):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _image_batch(self, images):
+        """Raw image embeddings of one batch (a tensor or array)."""
 
-    def _text_batch(self, texts):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _text_batch(self, texts):
+        """Raw text embeddings of one batch (a tensor or array)."""
 
     def describe(self) -> dict:
         """Provenance written next to the embeddings (and read back by :func:`read_provenance`)."""
