@@ -197,7 +197,7 @@ def test_variants_use_the_mask(tmp_path, embedder, portraits):
     Image.fromarray((m * 255).astype(np.uint8)).save(masks / f"{data['sample_id'][0]}.png")
     data["x0"], data["y0"], data["x1"], data["y1"] = 50.0, 60.0, 300.0, 480.0
     emb, status = embed_variants(data, ("whole", "scene", "subject"), masks_dir=masks,
-                                 box_cols=("x0", "y0", "x1", "y1"), progress=False)
+                                 box_cols=("x0", "y0", "x1", "y1"))
     src = status[status["variant"] == "scene"].set_index("sample_id")["mask_source"]
     assert list(src) == ["file", "box", "box"]
     img0, img1 = read_image(data["image_path"][0]), read_image(data["image_path"][1])
@@ -216,7 +216,7 @@ def test_audit_scores_and_store(tmp_path, portraits):
     data["group"] = ["a"] * 4 + ["b"] * 4
     data["x0"], data["y0"], data["x1"], data["y1"] = 100.0, 50.0, 400.0, 500.0
     store = ResultsStore(tmp_path / "store")
-    kw = dict(box_cols=("x0", "y0", "x1", "y1"), store=store, min_subjects=2, n_boot=200, n_draws=20, progress=False)
+    kw = dict(box_cols=("x0", "y0", "x1", "y1"), store=store, min_subjects=2, n_boot=200, n_draws=20)
     res = audit_diversity(data, ["group"], **kw)
     s = res.scores.set_index(["variant", "attribute", "group"])
     assert len(s) == 9 and not res.status["from_cache"].any()

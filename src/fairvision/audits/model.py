@@ -210,12 +210,25 @@ def _summary_row(metric: str, inter: str, table: pd.DataFrame, reps: np.ndarray,
                    difference=nan, difference_ci_low=nan, difference_ci_high=nan, ratio=nan, ratio_ci_low=nan,
                    ratio_ci_high=nan)
     n_tests = len(pw)
-    sig = pw[pw["significant"].astype(bool)] if n_tests else pw
+    n_significant, disparity = significance_summary(pw)
     d_all = pw["disparity"].astype(float) if n_tests else pd.Series(dtype=float)
-    row.update(n_tests=n_tests, n_significant=int(len(sig)),
-               max_disparity=float(d_all.max()) if d_all.notna().any() else 0.0,
-               disparity=float(sig["disparity"].astype(float).max()) if len(sig) and sig["disparity"].notna().any() else 0.0)
+    row.update(n_tests=n_tests, n_significant=n_significant,
+               max_disparity=float(d_all.max()) if d_all.notna().any() else 0.0, disparity=disparity)
     return row
+
+
+def _significant(pw: pd.DataFrame | None) -> pd.DataFrame | None:
+    return pw[pw["significant"].astype(bool)] if pw is not None and len(pw) else None
+
+
+def significance_summary(pw: pd.DataFrame | None) -> tuple[int, float]:
+    """``(n_significant, disparity)`` of one pairwise table (docs/METHODS.md §6.3): the number of pairs flagged
+    ``significant`` and the largest D among them (0.0 when none or all D are missing)."""
+    sig = _significant(pw)
+    if sig is None or not len(sig):
+        return 0, 0.0
+    d = sig["disparity"].astype(float)
+    return int(len(sig)), float(d.max()) if d.notna().any() else 0.0
 
 
 def audit_model(
@@ -330,7 +343,7 @@ def audit_model(
                                       min_size=min_subjects, subjects=subj, alpha=alpha)
             res.pairwise[(m, inter.name)] = pw
             rows.append(_summary_row(m, inter.name, table, reps, pw, higher, level))
-            top = _top_row(m, inter, pw)
+            top = top_pair(m, inter.name, inter.k, pw)
             if top is not None:
                 tops.append(top)
             if progress:
@@ -351,13 +364,18 @@ TOP_COLUMNS = ["metric", "intersection", "k", "disparity", "worst_group", "best_
                "n_worst", "n_best", "pvalue", "pvalue_adjusted", "effect_size", "n_tests"]
 
 
-def _top_row(metric: str, inter: Intersection, pw: pd.DataFrame) -> dict | None:
-    """The significant pair with the largest D of one metric and attribute set, or None."""
-    sig = pw[pw["significant"].astype(bool)] if len(pw) else pw
-    if not len(sig):
+def top_pair(metric: str, intersection: str, k: int, pw: pd.DataFrame | None) -> dict | None:
+    """The row of :attr:`ModelAuditResult.top_disparities` (:data:`TOP_COLUMNS`) for one metric and attribute
+    set of ``k`` attributes: the significant pair of ``pw`` with the largest D, or None when no pair is
+    significant (or none has a D) (docs/METHODS.md §6.3)."""
+    sig = _significant(pw)
+    if sig is None or not len(sig):
         return None
-    best = sig.loc[sig["disparity"].astype(float).idxmax()]
-    return {"metric": metric, "intersection": inter.name, "k": inter.k, "disparity": float(best["disparity"]),
+    d = sig["disparity"].astype(float)
+    if not d.notna().any():
+        return None
+    best = sig.loc[d.idxmax()]
+    return {"metric": metric, "intersection": intersection, "k": k, "disparity": float(best["disparity"]),
             "worst_group": best["worst"], "best_group": best["best"],
             "median_worst": best["median_worst"], "median_best": best["median_best"],
             "n_worst": int(best["n_a"] if best["worst"] == best["group_a"] else best["n_b"]),

@@ -97,6 +97,30 @@ def progress_bar(label: str, show: bool = True) -> Iterator:
             yield lambda n_done, total: advance(label, n_done, total)
 
 
+def image_table(source: str, *, recursive: bool = False,
+                hint: str = "or use 'portraits' or 'demo' for the bundled photos"):
+    """The images to work on: a folder of images (searched in subfolders too with ``recursive``), a sample table
+    with an image path column, or ``portraits`` / ``demo`` (the bundled CC0 portraits / FairFace sample).
+    ``hint`` ends the message for a source that does not exist."""
+    # lazy: pandas (about 0.5 s) is only needed once a command runs
+    from fairvision.datasets import from_folder, load_demo, load_portraits
+    from fairvision.io.tables import read_table
+
+    if source == "portraits":
+        return load_portraits()
+    if source == "demo":
+        return load_demo()
+    p = Path(source)
+    if p.is_dir():
+        return from_folder(p, recursive=recursive)
+    if not p.exists():
+        raise FairvisionError(f"{p}: no such file or folder ({hint})")
+    df = read_table(p)
+    if "image_path" not in df.columns:
+        raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
+    return df
+
+
 def check_outdir(outdir: Path) -> Path:
     """Before any work: the output folder is a folder (or can be made) and can be written."""
     outdir = Path(outdir)

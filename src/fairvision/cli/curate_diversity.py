@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar,
+                                 results_store)
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION
 from fairvision.stats.constants import METHODS as CORRECTIONS
@@ -84,10 +85,12 @@ def diversity_cmd(
         raise FairvisionError(f"{samples}: no image path column (image_path, path, filename, file_name); pass "
                               "--image-col, or give --embeddings")
     results = results_store(store, no_store) if embeddings is None else None
-    result = audit_diversity(data, attr, embeddings=embeddings, variants=tuple(dict.fromkeys(chosen)), embedder=embedder,
-                             masks_dir=masks_dir, box_cols=cols, store=results, subject_col=subject_col,
-                             n_boot=n_boot, n_draws=n_draws, rarefy_size=rarefy_size, min_subjects=min_subjects,
-                             n_null=n_null, alpha=alpha, correction=correction, seed=seed, batch_size=batch_size, threads=threads, progress=progress)
+    with progress_bar(f"embedding images ({embedder})", progress) as advance:
+        result = audit_diversity(data, attr, embeddings=embeddings, variants=tuple(dict.fromkeys(chosen)),
+                                 embedder=embedder, masks_dir=masks_dir, box_cols=cols, store=results,
+                                 subject_col=subject_col, n_boot=n_boot, n_draws=n_draws, rarefy_size=rarefy_size,
+                                 min_subjects=min_subjects, n_null=n_null, alpha=alpha, correction=correction,
+                                 seed=seed, batch_size=batch_size, threads=threads, progress=advance)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=title or f"Diversity: {samples.name}", subtitle="fairvision curate diversity",
                     meta={"samples": str(samples), "embeddings": str(embeddings) if embeddings else result.embedder,

@@ -7,8 +7,7 @@ from typing import Optional
 
 import typer
 
-from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, progress_bar
-from fairvision.cli.curate_qa import image_table
+from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, image_table, progress_bar
 from fairvision.errors import FairvisionError
 
 METHODS = ("eye-mouth", "ffhq", "eyes")
@@ -40,7 +39,7 @@ def curate_crops_cmd(
     from fairvision.audits.curation.faces import derive_face_sets
     from fairvision.io.tables import read_raw_table
 
-    data = image_table(source)
+    data = image_table(source, recursive=True)
     lm = None
     if landmarks is not None:
         lm = read_raw_table(landmarks)

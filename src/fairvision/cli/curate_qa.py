@@ -10,31 +10,7 @@ import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
 from fairvision.cli.common import (ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done,
-                                   exit_if_gates_failed, progress_bar, results_store)
-from fairvision.errors import FairvisionError
-
-
-def image_table(source: str):
-    """The images to work on: a folder of images, a sample table with an image path column, or ``portraits``
-    / ``demo`` (the bundled CC0 portraits / FairFace sample)."""
-    # lazy: pandas (about 0.5 s) is only needed once a command runs
-    from fairvision.datasets import from_folder, load_demo, load_portraits
-    from fairvision.io.tables import read_table
-
-    if source == "portraits":
-        return load_portraits()
-    if source == "demo":
-        return load_demo()
-    p = Path(source)
-    if p.is_dir():
-        return from_folder(p, recursive=True)
-    if not p.exists():
-        raise FairvisionError(f"{p}: no such file or folder (or use 'portraits' or 'demo' for the bundled photos)")
-    df = read_table(p)
-    if "image_path" not in df.columns:
-        raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
-    return df
-
+                                   exit_if_gates_failed, image_table, progress_bar, results_store)
 
 
 def curate_qa_cmd(
@@ -65,7 +41,7 @@ def curate_qa_cmd(
     from fairvision.report import Report
     from fairvision.report.sections.curation_qa import qa_section
 
-    data = image_table(source)
+    data = image_table(source, recursive=True)
     if split_col is not None and split_col not in data.columns and Path(source).is_dir():
         data = split_from_folder(data, source, split_col)  # photos/train/x.jpg: split "train"
     results = results_store(store, no_store)  # checks of files seen before

@@ -21,7 +21,8 @@ import typer
 
 from fairvision.audits.gates import describe, evaluate_conditions, gate_meta, parse_condition
 from fairvision.cli.common import (
-    ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store,
+    ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, image_table,
+    results_store,
 )
 from fairvision.errors import FairvisionError
 from fairvision.stats.constants import DEFAULT_CORRECTION, METHODS
@@ -58,27 +59,6 @@ def _progress(enabled: bool) -> Iterator:
         yield task
 
 
-def _image_table(source: str):
-    """The table of images to embed: ``demo`` (the bundled FairFace sample), a folder, or a sample table."""
-    # lazy: pandas (see the module docstring)
-    from fairvision.datasets import from_folder, load_demo, load_portraits
-    from fairvision.io.tables import read_table
-
-    if source == "demo":
-        return load_demo()
-    if source == "portraits":
-        return load_portraits()
-    p = Path(source)
-    if p.is_dir():
-        return from_folder(p)
-    if not p.exists():
-        raise FairvisionError(f"{p}: no such file or folder (or use 'demo' for the bundled FairFace photos)")
-    df = read_table(p)
-    if "image_path" not in df.columns:
-        raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")
-    return df
-
-
 def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1, workers=1,
              engine="local", address=None, store=None):
     """Run the visual-search harness; returns (results, items, embedding status or None)."""
@@ -93,7 +73,7 @@ def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit,
     if embed_images is not None:
         from fairvision.audits.retrieval import embed_images as embed_many  # lazy: pandas and the engine, only for --embed-images
 
-        table = _image_table(str(embed_images))
+        table = image_table(str(embed_images), hint="or use 'demo' for the bundled FairFace photos")
         if limit:
             table = table.iloc[: int(limit)].reset_index(drop=True)
         items_from_images = read_items(table, name=str(embed_images))

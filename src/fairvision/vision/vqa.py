@@ -16,6 +16,7 @@ a different model or setting is asked again.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import http.client
 import io
@@ -35,6 +36,7 @@ from fairvision.errors import FairvisionError, InputFileError
 from PIL import Image
 
 from fairvision.io.images import encode_png, read_image
+from fairvision.vision.clip import weights_fingerprint
 
 #: MIME type of image files sent as they are (by file suffix; kept for callers, the content type sent is taken
 #: from the file's bytes, see :func:`sniff_mime`); other formats are re-encoded as PNG
@@ -207,17 +209,15 @@ class TransformersVQA:
         self._processor = None
         self._kind = None
 
+    @functools.cached_property
+    def _files_fingerprint(self) -> str:
+        # the folder's files, hashed once per adapter (weights by name, size and ends: vision.clip)
+        return weights_fingerprint([p for p in self.path.iterdir() if p.is_file()])
+
     @property
     def signature(self) -> str:
-        h = hashlib.sha256()
-        for name in sorted(os.listdir(self.path)):
-            p = self.path / name
-            if p.is_file():
-                st = p.stat()
-                h.update(f"{name}:{st.st_size}".encode())
-                if p.suffix in (".json", ".txt", ".model", ".jinja") and st.st_size < 5_000_000:
-                    h.update(p.read_bytes())
-        return f"transformers:{self.path.resolve()}:{h.hexdigest()[:16]}:{self.max_new_tokens}:{self.prompt}"
+        return (f"transformers:{self.path.resolve()}:{self._files_fingerprint[:16]}:{self.max_new_tokens}:"
+                f"{self.prompt}")
 
     def _load(self) -> None:
         if self._model is not None:

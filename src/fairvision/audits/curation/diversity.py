@@ -30,10 +30,9 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fairvision import __version__
+from fairvision.audits.vlm import check_unique_ids
 from fairvision.audits.vlm_variants import background_black, person_black
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
@@ -118,29 +117,6 @@ def code_signature() -> str:
     return source_signature(SIGNATURE_SOURCES)
 
 
-def _progress(total: int, label: str, progress) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
-    """(advance(k), close) for a rich bar on a terminal, a ``progress(done, total)`` callable, or nothing."""
-    if callable(progress):
-        state = {"done": 0}
-
-        def adv(k: int) -> None:
-            state["done"] += k
-            progress(state["done"], total)
-
-        return adv, lambda: None
-    console = Console(stderr=True)
-    if not progress or not total or not console.is_terminal:
-        return None, lambda: None
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console,
-                   transient=True)
-    try:
-        bar.start()
-    except Exception:  # rich.errors.LiveError: another live display is active
-        return None, lambda: None
-    task = bar.add_task(label, total=total)
-    return (lambda k: bar.advance(task, k)), bar.stop
-
-
 def _encode(vec: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vec, dtype="<f4").tobytes()).decode("ascii")
 
@@ -187,7 +163,8 @@ class _Embedder:
 def embed_variants(data: pd.DataFrame, variants=VARIANTS, *, embedder: str = "efficientnet",
                    masks_dir=None, box_cols: tuple[str, str, str, str] | None = None,
                    store: ResultsStore | None = None, batch_size: int = 32, threads: int | None = None,
-                   subject_col: str | None = None, progress=True) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
+                   subject_col: str | None = None, progress: Callable[[int, int], None] | None = None,
+                   ) -> tuple[dict[str, np.ndarray], pd.DataFrame]:
     """Embed the variants of every image of a sample table (docs/METHODS.md §13.1).
 
     Parameters
@@ -204,8 +181,8 @@ def embed_variants(data: pd.DataFrame, variants=VARIANTS, *, embedder: str = "ef
         Images per forward pass and torch threads (EfficientNet).
     subject_col : str, optional
         Subject column, recorded in the store (for ``forget``).
-    progress : bool or callable
-        A progress bar on a terminal, or ``progress(done, total)`` per image.
+    progress : callable, optional
+        ``progress(done, total)`` after each batch of images embedded; None: silent.
 
     Returns
     -------
@@ -269,7 +246,6 @@ def embed_variants(data: pd.DataFrame, variants=VARIANTS, *, embedder: str = "ef
         if missing:
             todo.append(i)
 
-    advance, close = _progress(len(todo), f"embedding images ({embedder})", progress)
     try:
         step = max(1, batch_size)
         for s in range(0, len(todo), step):
@@ -307,10 +283,9 @@ def embed_variants(data: pd.DataFrame, variants=VARIANTS, *, embedder: str = "ef
                                    "embedding": _encode(vec) if vec is not None else ""}
                         store.put(STAGE, keys[v][i], payload, content_hash=contents[i], params_hash=phash,
                                   sample_id=ids[i], subject_id=subjects[i], image_path=paths[i])
-            if advance is not None:
-                advance(len(chunk))
+            if progress is not None:
+                progress(s + len(chunk), len(todo))
     finally:
-        close()
         if store is not None:
             store.flush()
     rows = [{"sample_id": ids[i], "variant": v, **status[(i, v)]} for v in variants for i in range(n)]
@@ -355,7 +330,7 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
                     rarefy_size: int | None = None, min_subjects: int = 10, n_null: int = 1000,
                     alpha: float = 0.05, correction: str = DEFAULT_CORRECTION, level: float = DEFAULT_LEVEL,
                     seed: int | np.random.Generator | None = 0, batch_size: int = 32, threads: int | None = None,
-                    progress=True) -> DiversityResult:
+                    progress: Callable[[int, int], None] | None = None) -> DiversityResult:
     """Vendi scores of the whole images, the scenes and the subjects, per group (docs/METHODS.md §13.2).
 
     Parameters
@@ -394,7 +369,7 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
     level, seed
         Interval level and randomness.
     batch_size, threads, progress
-        Embedding batch size, torch threads, progress bar.
+        Embedding batch size, torch threads, ``progress(done, total)`` callable (None: silent).
 
     Returns
     -------
@@ -407,9 +382,7 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
         raise FairvisionError(f"{source}: no samples")
     if SAMPLE_ID not in data.columns:
         raise ColumnError(f"{source}: no column {SAMPLE_ID!r}; columns are {', '.join(map(str, data.columns))}")
-    if data[SAMPLE_ID].astype(str).duplicated().any():
-        dup = data[SAMPLE_ID].astype(str)
-        raise ColumnError(f"{source}: sample_id {dup[dup.duplicated()].iloc[0]!r} appears twice")
+    check_unique_ids(data, SAMPLE_ID, source)
     if subject_col is not None and subject_col not in data.columns:
         if subject_col != "subject_id":
             raise ColumnError(f"{source}: no subject column {subject_col!r}; columns are "

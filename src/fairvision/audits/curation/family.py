@@ -16,6 +16,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.model import significance_summary, top_pair
 from fairvision.groups import SEP
 from fairvision.stats.corrections import adjust_pvalues
 
@@ -69,21 +70,12 @@ def _refresh(model) -> None:
         n_sig, disp = [], []
         for _, r in summ.iterrows():
             pw = model.pairwise.get((r["metric"], r["intersection"]))
-            sig = pw[pw["significant"].astype(bool)] if pw is not None and len(pw) else pd.DataFrame(columns=["disparity"])
-            n_sig.append(int(len(sig)))
-            d = sig["disparity"].astype(float) if len(sig) else pd.Series(dtype=float)
-            disp.append(float(d.max()) if d.notna().any() else 0.0)
-            if len(sig) and d.notna().any():
-                best = sig.loc[d.idxmax()]
-                tops.append({
-                    "metric": r["metric"], "intersection": r["intersection"],
-                    "k": len(str(r["intersection"]).split(SEP)), "disparity": float(best["disparity"]),
-                    "worst_group": best["worst"], "best_group": best["best"],
-                    "median_worst": best["median_worst"], "median_best": best["median_best"],
-                    "n_worst": int(best["n_a"] if best["worst"] == best["group_a"] else best["n_b"]),
-                    "n_best": int(best["n_a"] if best["best"] == best["group_a"] else best["n_b"]),
-                    "pvalue": float(best["pvalue"]), "pvalue_adjusted": float(best["pvalue_adjusted"]),
-                    "effect_size": float(best["effect_size"]), "n_tests": len(pw)})
+            n, d = significance_summary(pw)
+            n_sig.append(n)
+            disp.append(d)
+            top = top_pair(r["metric"], r["intersection"], len(str(r["intersection"]).split(SEP)), pw)
+            if top is not None:
+                tops.append(top)
         summ["n_significant"] = n_sig
         summ["disparity"] = disp
     cols = list(model.top_disparities.columns) if len(model.top_disparities.columns) else None

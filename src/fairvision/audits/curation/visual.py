@@ -31,7 +31,7 @@ from fairvision.audits.model import ModelAuditResult, audit_model
 from fairvision.engine import imap
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.groups import SEP, group_label, intersections, resolve_attributes, subject_codes
+from fairvision.groups import SEP, intersections, resolve_attributes, subject_codes
 from fairvision.io.coco import CocoDataset, image_sample_ids
 from fairvision.io.images import read_image
 from fairvision.io.store import ResultsStore, file_sha256, row_key
@@ -628,8 +628,3 @@ def audit_visual(
         correct_across([model], correction, alpha)
     res.instances = inst.drop(columns=["_row"] + (["_subject"] if "_subject" in inst.columns else []))
     return res
-
-
-def group_labels(index: pd.Index) -> list[str]:
-    """Display labels of a group index (``"60+ × Female"``)."""
-    return [group_label(g) for g in index]

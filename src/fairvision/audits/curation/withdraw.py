@@ -54,7 +54,8 @@ from fairvision import __version__
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import group_counts
 from fairvision.io.store import ResultsStore, file_sha256
-from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID, read_raw_table, read_table
+from fairvision.io.tables import (IMAGE_PATH, SAMPLE_ID, SUBJECT_ID, detect_format, read_raw_table,
+                                  read_table)
 from fairvision.schema import Attribute
 
 try:  # POSIX; elsewhere the lock is a no-op
@@ -70,8 +71,6 @@ LOG_NAME = "withdrawals.log.jsonl"
 CRASH_BEFORE_COMMIT_ENV = "FAIRVISION_TEST_CRASH_BEFORE_COMMIT"
 CRASH_AFTER_RENAMES_ENV = "FAIRVISION_TEST_CRASH_AFTER_RENAMES"
 _SUBJECT_SALT = "fairvision-withdrawn-subject:"
-_TABLE_FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "csv", ".parquet": "parquet", ".pq": "parquet",
-                  ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
 # ---------------------------------------------------------------------------------------------- small helpers
@@ -97,13 +96,6 @@ def _id_strings(values: pd.Series) -> np.ndarray:
         else:
             out.append(str(v))
     return np.asarray(out, dtype=object)
-
-
-def _fmt_of(path: Path) -> str:
-    try:
-        return _TABLE_FORMATS[path.suffix.lower()]
-    except KeyError:
-        raise InputFileError(f"{path}: unknown table format {path.suffix!r}; use .csv, .tsv, .parquet, .json or .jsonl") from None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -193,7 +185,7 @@ def rewrite_table(path: Path, data_bytes: bytes, drop: np.ndarray, add: Sequence
     re-serialised). A JSON object holding an ``annotations`` list next to its ``images`` (COCO) also loses the
     annotations of the removed images.
     """
-    fmt = _fmt_of(path)
+    fmt = detect_format(path)
     drop = np.asarray(drop, bool)
     if fmt in ("csv", "tsv"):
         bom = data_bytes.startswith(b"\xef\xbb\xbf")

@@ -108,16 +108,3 @@ def _findings(sec: Section, q: dict, p: dict) -> None:
     if not any(int(q[k]) for k in ("n_unreadable", "n_near_duplicate_pairs", "n_low_resolution", "n_with_metadata")):
         sec.finding("Every image decodes, meets the resolution floor, has no near duplicate and carries no metadata",
                     "info", target="key figures")
-
-
-def faces_section(result, *, title: str = "Derived face sets") -> Section:
-    """Turn a :class:`fairvision.audits.curation.faces.FaceSetsResult` into a report section (no images)."""
-    m = result.manifest
-    q = result.quantities()
-    sec = Section("curation_faces", title, intro=(
-        f"Cropped-only faces (box x{result.meta.get('scale')}, mean-colour padding) and {result.meta.get('method')}-"
-        f"aligned faces ({result.meta.get('size')} px) (docs/METHODS.md §13.6)."))
-    sec.metrics("key figures", {k.removeprefix("n_").replace("_", " "): int(v) for k, v in q.items()})
-    if len(m) and m["skipped"].notna().any():
-        sec.table("skipped", m.loc[m["skipped"].notna(), ["sample_id", "face", "skipped"]], "Faces left out of the aligned set.")
-    return sec
