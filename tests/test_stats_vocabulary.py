@@ -51,6 +51,7 @@ EXAMPLES = {
         columns=pd.Index(["x", "y"], name="result")), n_queries=pd.Series({"x": 5, "y": 5})),
     "signed_rank_test": lambda: S.signed_rank_test(_X[:20]),
     "flip_test": lambda: S.flip_test(7, 2),
+    "change_test": lambda: S.change_test(np.tile([1.0, -1.0, 1.0, 0.0], 5), "sign"),
     "metamorphic_scores": lambda: S.metamorphic_scores(pd.DataFrame(
         {"change": _X, "word": np.tile(["w1", "w2", "w3"], 20), "seed_id": np.repeat(np.arange(20), 3)}),
         topic=None, n_boot=50).words,

@@ -90,6 +90,9 @@ _EXPORTS = {
     "signed_rank_test": "metamorphic",
     "flip_test": "metamorphic",
     "metamorphic_scores": "metamorphic",
+    "change_test": "metamorphic",
+    "mean_abs_score": "metamorphic",
+    "mean_abs_score_ci": "metamorphic",
     "ChangeTestResult": "metamorphic",
     "MetamorphicScores": "metamorphic",
     # bias-transfer studies (issue 16)

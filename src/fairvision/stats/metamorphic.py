@@ -9,6 +9,11 @@ changes into scores:
   no change (skin colour, age; docs/METHODS.md §10.3);
 - :func:`flip_test`: exact binomial test of gender flips by direction
   (docs/METHODS.md §10.3);
+- :func:`change_test`: the paired test of one kind of change (signed-rank or
+  flip test);
+- :func:`mean_abs_score`, :func:`mean_abs_score_ci`: a topic or model score
+  (mean absolute word score) with its replicates and bias-corrected interval
+  (docs/METHODS.md §10.4);
 - :func:`metamorphic_scores`: word scores (mean change over seeds) with
   bootstrap CIs over seeds and the paired test corrected across words, and the
   topic and model scores (mean absolute word score) with CIs from the same
@@ -19,7 +24,6 @@ Pure numerics: no image or model code.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -255,10 +259,7 @@ def metamorphic_scores(
         if x.size == 0:
             pval[i] = np.nan
             continue
-        if test == "wilcoxon":
-            r = signed_rank_test(x)
-        else:
-            r = flip_test(int(np.sum(x > 0)), int(np.sum(x < 0)))
+        r = change_test(x, test)
         stat[i], pval[i], nnz[i] = r.statistic, r.pvalue, r.n_nonzero
     words_df = pd.DataFrame({
         "topic": topic_of.to_numpy(), "n": n, "estimate": est, "ci_low": lo, "ci_high": hi, "level": level,
@@ -266,27 +267,92 @@ def metamorphic_scores(
     }, index=all_words.rename("word"))
     # topic and model scores: mean |word score|, CIs from the same replicates
     tcodes, topics = _codes(words_df["topic"])
-    abs_est = np.abs(est)
-    abs_reps = np.abs(reps)
-    rows = []
-    for t_i, t in enumerate(topics):
-        sel = (tcodes == t_i) & np.isfinite(abs_est)
-        rows.append(_abs_mean_row(abs_est[sel], abs_reps[:, sel], level) | {"topic": t})
+    rows = [_abs_mean_row(est, reps, tcodes == t_i, level) | {"topic": t} for t_i, t in enumerate(topics)]
     topics_df = pd.DataFrame(rows).set_index("topic")
-    sel = np.isfinite(abs_est)
-    model_df = pd.DataFrame([_abs_mean_row(abs_est[sel], abs_reps[:, sel], level)],
-                            index=pd.Index(["model"], name="scope"))
+    model_df = pd.DataFrame([_abs_mean_row(est, reps, None, level)], index=pd.Index(["model"], name="scope"))
     return MetamorphicScores(words_df, topics_df, model_df, test=test, correction=correction)
 
 
-def _abs_mean_row(abs_est: np.ndarray, abs_reps: np.ndarray, level: float) -> dict:
-    if abs_est.size == 0:
-        return {"n_words": 0, "estimate": float("nan"), "ci_low": float("nan"), "ci_high": float("nan"), "level": level}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        rep_means = np.nanmean(abs_reps, axis=1)
-    # a mean of absolute values is biased upwards under resampling (noise only adds): centre the interval on
-    # the estimate, as for NSD (docs/METHODS.md §4.2, §10.4)
-    lo, hi = bias_corrected_ci(rep_means, float(abs_est.mean()), level, bounds=(0.0, np.inf))
-    return {"n_words": int(abs_est.size), "estimate": float(abs_est.mean()), "ci_low": float(lo),
-            "ci_high": float(hi), "level": level}
+def change_test(changes, test: str = "wilcoxon") -> ChangeTestResult:
+    """The paired test of changes against no change for one kind of change (docs/METHODS.md §10.3).
+
+    Parameters
+    ----------
+    changes : array_like
+        One signed change per seed (or per-seed differences between two
+        generators).
+    test : {"wilcoxon", "sign"}
+        ``"wilcoxon"``: :func:`signed_rank_test` of the changes; ``"sign"``:
+        :func:`flip_test` of the positive against the negative changes
+        (gender flips).
+
+    Returns
+    -------
+    ChangeTestResult
+    """
+    if test not in TESTS:
+        raise FairvisionError(f"unknown test {test!r}; choose one of {', '.join(TESTS)}")
+    if test == "wilcoxon":
+        return signed_rank_test(changes)
+    x = np.asarray(changes, dtype=float)
+    return flip_test(int(np.sum(x > 0)), int(np.sum(x < 0)))
+
+
+def mean_abs_score(estimates, replicates, selection=None) -> tuple[float, np.ndarray, int]:
+    """Mean absolute word score over selected words, and its bootstrap replicates (docs/METHODS.md §10.2, §10.4).
+
+    Parameters
+    ----------
+    estimates : array_like
+        One signed score per word; words with a NaN score are left out.
+    replicates : ndarray
+        Bootstrap replicates of the word scores, shape ``(n_boot, n_words)``;
+        NaN entries are left out of each replicate's mean.
+    selection : array_like of bool, optional
+        The words to average (a topic); default all.
+
+    Returns
+    -------
+    estimate : float
+        Mean of ``|score|`` over the selected words with a score (NaN if none).
+    replicate_means : ndarray
+        Per replicate, the mean of ``|replicate score|`` over the same words
+        (NaN where a replicate has none).
+    n : int
+        Words averaged.
+    """
+    est = np.asarray(estimates, dtype=float)
+    reps = np.asarray(replicates, dtype=float)
+    sel = np.isfinite(est) if selection is None else np.asarray(selection, dtype=bool) & np.isfinite(est)
+    if not sel.any():
+        return float("nan"), np.full(reps.shape[0], np.nan), 0
+    a = np.abs(reps[:, sel])
+    cnt = np.isfinite(a).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(cnt > 0, np.nansum(a, axis=1) / np.maximum(cnt, 1), np.nan)
+    return float(np.abs(est[sel]).mean()), r, int(sel.sum())
+
+
+def mean_abs_score_ci(estimate: float, replicate_means, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """Interval of a mean absolute score from its replicates (docs/METHODS.md §4.2, §10.4).
+
+    A mean of absolute values is biased upwards under resampling (noise only
+    adds), so the interval is centred on the estimate
+    (:func:`~fairvision.stats.resample.bias_corrected_ci`, bounded below by 0),
+    as for NSD.
+
+    Returns
+    -------
+    (ci_low, ci_high) : tuple of float
+        NaN, NaN when ``estimate`` is not finite (no word had a score).
+    """
+    if not np.isfinite(estimate):
+        return float("nan"), float("nan")
+    lo, hi = bias_corrected_ci(replicate_means, float(estimate), level, bounds=(0.0, np.inf))
+    return float(lo), float(hi)
+
+
+def _abs_mean_row(est: np.ndarray, reps: np.ndarray, selection, level: float) -> dict:
+    estimate, rep_means, n = mean_abs_score(est, reps, selection)
+    lo, hi = mean_abs_score_ci(estimate, rep_means, level)
+    return {"n_words": n, "estimate": estimate, "ci_low": lo, "ci_high": hi, "level": level}

@@ -30,10 +30,9 @@ from fairvision.audits.generative.spec import DEFAULTS
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.io.jsonable import to_jsonable
 from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
-from fairvision.stats.metamorphic import flip_test, signed_rank_test
+from fairvision.stats.metamorphic import change_test, mean_abs_score, mean_abs_score_ci
 from fairvision.stats.paired import paired_difference_test
-from fairvision.stats.resample import (DEFAULT_LEVEL, bias_corrected_ci, cluster_bootstrap_weights, group_mean_replicates,
-                                       percentile_ci)
+from fairvision.stats.resample import DEFAULT_LEVEL, cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 
 __all__ = ["DESIGN_FILE", "GenerativeComparison", "GenerativeRun", "PAIRS_FILE", "compare_generative", "load_run",
            "run_files"]
@@ -297,23 +296,6 @@ def _check_design(ref: tuple[str, pd.DataFrame], other: tuple[str, pd.DataFrame]
         raise FairvisionError(f"the designs differ: word {w!r} is in topic {ta[w]!r} for {la} but {tb[w]!r} for {lb}")
 
 
-def _pvals(x: np.ndarray, test: str) -> tuple[float, float]:
-    r = signed_rank_test(x) if test == "wilcoxon" else flip_test(int(np.sum(x > 0)), int(np.sum(x < 0)))
-    return float(r.statistic), float(r.pvalue)
-
-
-def _abs_mean(est: np.ndarray, reps: np.ndarray, sel: np.ndarray) -> tuple[float, np.ndarray, int]:
-    """Mean |word score| over the selected words, and its replicates (NaN words left out)."""
-    sel = sel & np.isfinite(est)
-    if not sel.any():
-        return float("nan"), np.full(reps.shape[0], np.nan), 0
-    a = np.abs(reps[:, sel])
-    cnt = np.isfinite(a).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(cnt > 0, np.nansum(a, axis=1) / np.maximum(cnt, 1), np.nan)
-    return float(np.abs(est[sel]).mean()), r, int(sel.sum())
-
-
 def compare_generative(
     runs,
     *,
@@ -463,7 +445,7 @@ def compare_generative(
             reps[k] = group_mean_replicates(vals, wc, sc, weights, n_groups=W)
             for j in range(W):
                 if n_w[j]:
-                    pv[k, j] = _pvals(cube[k, j][common[j]], test)[1]
+                    pv[k, j] = float(change_test(cube[k, j][common[j]], test).pvalue)
         # per generator: words, topics, model
         for k, lab in enumerate(glabels):
             lo, hi = percentile_ci(reps[k], level)
@@ -477,12 +459,12 @@ def compare_generative(
         for t_i, t in enumerate([*topics, None]):
             sel = np.ones(W, bool) if t is None else tcode == t_i
             for k, lab in enumerate(glabels):
-                e, r, nw = _abs_mean(est[k], reps[k], sel)
+                e, r, nw = mean_abs_score(est[k], reps[k], sel)
                 tscore[(t, lab)] = (e, r)
                 # mean |score| is biased upwards under resampling: interval centred on the estimate (§10.4)
-                lo, hi = bias_corrected_ci(r, e, level, bounds=(0.0, np.inf)) if np.isfinite(e) else (np.nan, np.nan)
-                row = {"property": prop, "generator": lab, "n_words": nw, "estimate": e, "ci_low": float(lo),
-                       "ci_high": float(hi), "level": level}
+                lo, hi = mean_abs_score_ci(e, r, level)
+                row = {"property": prop, "generator": lab, "n_words": nw, "estimate": e, "ci_low": lo,
+                       "ci_high": hi, "level": level}
                 (rows_m if t is None else rows_t).append(row if t is None else {**row, "topic": t})
         # generator pairs; topic and model differences need two seeds with common pairs (one: identical resamples)
         n_seed_scope = [int(common[np.ones(W, bool) if t is None else tcode == t_i].any(axis=0).sum())
@@ -498,7 +480,8 @@ def compare_generative(
             lo, hi = percentile_ci(dre, level)
             for j, w in enumerate(words):
                 d = cube[a, j][common[j]] - cube[b, j][common[j]]
-                stat, p = _pvals(d, test) if d.size else (float("nan"), float("nan"))
+                ct = change_test(d, test) if d.size else None
+                stat, p = (float(ct.statistic), float(ct.pvalue)) if ct is not None else (float("nan"), float("nan"))
                 rows_wt.append({"property": prop, "word": w, "a": glabels[a], "b": glabels[b],
                                 "topic": topics[tcode[j]], "n": int(d.size), "estimate": est[a, j] - est[b, j],
                                 "ci_low": lo[j], "ci_high": hi[j], "level": level, "statistic": stat, "pvalue": p})
