@@ -375,6 +375,109 @@ def _align(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.n
 
 
 
+@dataclass(frozen=True)
+class GroupVsRest:
+    """Each group against the rest of the audit, per quantity, from one per-subject matrix (docs/METHODS.md §12.1).
+
+    Arrays of shape ``(G, Q)`` unless stated: ``sums`` and ``counts`` of each group's cells, ``all_sums`` and
+    ``all_counts`` (``(Q,)``) over every row, the group's rate ``estimate`` and the ``rest``'s, the subject-bootstrap
+    percentile interval of the rate (``ci_low``, ``ci_high``) and of the rate minus the rest's (``diff_ci_low``,
+    ``diff_ci_high``), the subject-level Rao-Scott ``statistic`` and ``design_effect``, and the bootstrap
+    replicates of the totals ``all_rep_sums`` and ``all_rep_counts`` (``(n_boot, Q)``).
+    """
+
+    sums: np.ndarray
+    counts: np.ndarray
+    all_sums: np.ndarray
+    all_counts: np.ndarray
+    estimate: np.ndarray
+    rest: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    diff_ci_low: np.ndarray
+    diff_ci_high: np.ndarray
+    statistic: np.ndarray
+    design_effect: np.ndarray
+    all_rep_sums: np.ndarray
+    all_rep_counts: np.ndarray
+
+
+def group_vs_rest(mat, n_groups: int, n_quantities: int, *, n_boot: int, seed=0, level: float = 0.95) -> GroupVsRest:
+    """Rates of each group and of the rest, subject-bootstrap CIs and the Rao-Scott test (docs/METHODS.md §12.1).
+
+    Parameters
+    ----------
+    mat : scipy.sparse matrix, shape (n_subjects, 2 G Q + 2 Q)
+        Per-subject sums: the 0/1 values of each (group, quantity) cell (G x Q columns, group-major), their
+        counts (G x Q), then the values and counts of all rows (Q and Q), as
+        :func:`fairvision.stats.clustered.group_vs_rest_design_effect` takes them.
+    n_groups, n_quantities : int
+        G and Q.
+    n_boot : int
+        Subject-bootstrap replicates (:func:`fairvision.stats.resample.bootstrap_column_sums`).
+    seed : int, Generator or None
+    level : float
+        Two-sided level of the percentile intervals.
+
+    Returns
+    -------
+    GroupVsRest
+        NaN rates and intervals where a group, the rest or every replicate is empty.
+    """
+    g, q = int(n_groups), int(n_quantities)
+    gq = g * q
+    full = np.asarray(mat.sum(axis=0)).ravel()
+    reps = bootstrap_column_sums(mat, n_boot, seed)
+    est_s, est_n = full[:gq].reshape(g, q), full[gq:2 * gq].reshape(g, q)
+    all_s, all_n = full[2 * gq:2 * gq + q], full[2 * gq + q:]
+    rep_s, rep_n = reps[:, :gq].reshape(n_boot, g, q), reps[:, gq:2 * gq].reshape(n_boot, g, q)
+    rep_as, rep_an = reps[:, 2 * gq:2 * gq + q], reps[:, 2 * gq + q:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = est_s / est_n
+        rest = (all_s - est_s) / (all_n - est_n)
+        rep = rep_s / rep_n
+        rep_diff = rep - (rep_as[:, None, :] - rep_s) / (rep_an[:, None, :] - rep_n)
+    lo, hi = percentile_ci(rep, level)
+    dlo, dhi = percentile_ci(rep_diff, level)
+    stat_rs, deff = group_vs_rest_design_effect(mat, g, q)
+    return GroupVsRest(sums=est_s, counts=est_n, all_sums=all_s, all_counts=all_n, estimate=est, rest=rest,
+                       ci_low=lo, ci_high=hi, diff_ci_low=dlo, diff_ci_high=dhi, statistic=stat_rs,
+                       design_effect=deff, all_rep_sums=rep_as, all_rep_counts=rep_an)
+
+
+def group_vs_rest_pvalue(a: float, b: float, c: float, d: float, statistic: float, *, seed=0,
+                         too_small: bool = False) -> tuple[float, float]:
+    """p-value of one group against the rest (docs/METHODS.md §12.1).
+
+    Parameters
+    ----------
+    a, b : float
+        Sum of the 0/1 values and number of values of the group.
+    c, d : float
+        The same for the rest.
+    statistic : float
+        The subject-level Rao-Scott statistic (:attr:`GroupVsRest.statistic`).
+    seed : int
+        Seed of the exact fallback of :func:`fairvision.stats.chisquare.chi2_test`.
+    too_small : bool
+        The group has too few subjects to be tested.
+
+    Returns
+    -------
+    statistic, pvalue : float
+        The Rao-Scott statistic and the larger of the image-level 2 x 2 chi-square p-value (exact fallback for
+        small counts) and the Rao-Scott one (valid when either assumption holds); the image-level p-value alone
+        where the Rao-Scott statistic is not finite. Both NaN (untested) for a group that is too small, an empty
+        group or rest, or a quantity that never varies (every value 0 or every value 1: nothing can differ, and
+        a p-value of 1 would only weaken the correction of the others).
+    """
+    if not (b > 0 and d > 0 and not too_small and 0 < a + c < b + d):
+        return np.nan, np.nan
+    res = chi2_test(np.array([[a, b - a], [c, d - c]]), seed=seed, warn=False)
+    pvalue = max(float(res.pvalue), float(chi2_dist.sf(statistic, 1))) if np.isfinite(statistic) else float(res.pvalue)
+    return statistic, pvalue
+
+
 def audit_vlm(
     data: pd.DataFrame,
     image_embeddings,
@@ -502,20 +605,7 @@ def audit_vlm(
              (np.concatenate([cl, cl, cl_rep, cl_rep]),
               np.concatenate([cell, gq + cell, 2 * gq + all_rows, 2 * gq + q + all_rows]))),
             shape=(n_clusters, 2 * gq + 2 * q))
-        full = np.asarray(mat.sum(axis=0)).ravel()
-        reps = bootstrap_column_sums(mat, n_boot, seed)
-        est_s, est_n = full[:gq].reshape(g, q), full[gq:2 * gq].reshape(g, q)
-        all_s, all_n = full[2 * gq:2 * gq + q], full[2 * gq + q:]
-        rep_s, rep_n = reps[:, :gq].reshape(n_boot, g, q), reps[:, gq:2 * gq].reshape(n_boot, g, q)
-        rep_as, rep_an = reps[:, None, 2 * gq:2 * gq + q], reps[:, None, 2 * gq + q:]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            est = est_s / est_n
-            rest = (all_s - est_s) / (all_n - est_n)
-            rep = rep_s / rep_n
-            rep_diff = rep - (rep_as - rep_s) / (rep_an - rep_n)
-        lo, hi = percentile_ci(rep, level)
-        dlo, dhi = percentile_ci(rep_diff, level)
-        stat_rs, deff = group_vs_rest_design_effect(mat, g, q)
+        gvr = group_vs_rest(mat, g, q, n_boot=n_boot, seed=seed, level=level)
         ns, subj = cell_counts(inter, clusters)
         small = subj < min_subjects
         ct = np.bincount(c * k + pred[r], minlength=g * k).reshape(g, k)
@@ -531,22 +621,17 @@ def audit_vlm(
                     npmi_rows.append({"attribute": name, "group": grp, "label": lab, "npmi": float(nm[gi, j])})
         for gi, grp in enumerate(groups):
             for qi, quant in enumerate(quantities):
-                a, b = est_s[gi, qi], est_n[gi, qi]
-                cc, dd = all_s[qi] - a, all_n[qi] - b
-                stat, p = np.nan, np.nan
-                # untested: too few subjects, no rest, or a quantity that never varies over the whole audit (a
-                # label never or always predicted, a constant error): p = 1 would only weaken the correction
-                if b > 0 and dd > 0 and not small[gi] and 0 < all_s[qi] < all_n[qi]:
-                    # images as independent (exact fallback for small counts) and the subject-level Rao-Scott
-                    # test: the larger p-value, valid when either assumption holds (docs/METHODS.md §12.1)
-                    res = chi2_test(np.array([[a, b - a], [cc, dd - cc]]), seed=seed, warn=False)
-                    stat = stat_rs[gi, qi]
-                    p = max(float(res.pvalue), float(chi2_dist.sf(stat, 1))) if np.isfinite(stat) else float(res.pvalue)
+                a, b = gvr.sums[gi, qi], gvr.counts[gi, qi]
+                # images as independent and the subject-level Rao-Scott test (docs/METHODS.md §12.1)
+                stat, p = group_vs_rest_pvalue(a, b, gvr.all_sums[qi] - a, gvr.all_counts[qi] - b,
+                                               gvr.statistic[gi, qi], seed=seed, too_small=bool(small[gi]))
                 rows.append({"attribute": name, "k": inter.k, "group": grp, "quantity": quant,
                              "n_samples": int(ns[gi]), "n_subjects": int(subj[gi]), "too_small": bool(small[gi]),
-                             "estimate": est[gi, qi], "ci_low": lo[gi, qi], "ci_high": hi[gi, qi], "level": level,
-                             "rest": rest[gi, qi], "difference": est[gi, qi] - rest[gi, qi],
-                             "diff_ci_low": dlo[gi, qi], "diff_ci_high": dhi[gi, qi], "design_effect": deff[gi, qi],
+                             "estimate": gvr.estimate[gi, qi], "ci_low": gvr.ci_low[gi, qi],
+                             "ci_high": gvr.ci_high[gi, qi], "level": level, "rest": gvr.rest[gi, qi],
+                             "difference": gvr.estimate[gi, qi] - gvr.rest[gi, qi],
+                             "diff_ci_low": gvr.diff_ci_low[gi, qi], "diff_ci_high": gvr.diff_ci_high[gi, qi],
+                             "design_effect": gvr.design_effect[gi, qi],
                              "statistic": stat, "pvalue": p})
     # two groups: "A vs rest" and "B vs rest" are one test, counted once in the correction (docs/METHODS.md §12.1)
     rates = adjust_group_tests(pd.DataFrame(rows, columns=RATE_COLUMNS), ["quantity"], correction)

@@ -23,20 +23,18 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from scipy.stats import chi2 as chi2_dist
 
 from fairvision.engine.cache import content_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.audits.vlm import MIN_SUBJECTS, adjust_group_tests, count_flagged, prepare_samples, quantity_key
+from fairvision.audits.vlm import (MIN_SUBJECTS, adjust_group_tests, count_flagged, group_vs_rest, group_vs_rest_pvalue,
+                                   prepare_samples, quantity_key)
 from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table
 from fairvision.io.toml import read_toml
 from fairvision.stats.association import npmi
-from fairvision.stats.chisquare import chi2_test
-from fairvision.stats.clustered import group_vs_rest_design_effect
 from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.resample import bootstrap_column_sums, percentile_ci
+from fairvision.stats.resample import percentile_ci
 from fairvision.vision.vqa import CallableVQA
 
 #: stage of the answers in the results store
@@ -629,25 +627,14 @@ def audit_vqa(
     ent_v += [v0.ravel(), ok.ravel().astype(float)]
     mat = sparse.csr_matrix((np.concatenate(ent_v), (np.concatenate(ent_r), np.concatenate(ent_c))),
                             shape=(n_clusters, 2 * gcols + 2 * tq))
-    full = np.asarray(mat.sum(axis=0)).ravel()
-    reps = bootstrap_column_sums(mat, n_boot, seed)
-    gs, gn = full[:gcols].reshape(n_groups, tq), full[gcols:2 * gcols].reshape(n_groups, tq)
-    as_, an = full[2 * gcols:2 * gcols + tq], full[2 * gcols + tq:]
-    rs = reps[:, :gcols].reshape(n_boot, n_groups, tq)
-    rn = reps[:, gcols:2 * gcols].reshape(n_boot, n_groups, tq)
-    ras, ran = reps[:, None, 2 * gcols:2 * gcols + tq], reps[:, None, 2 * gcols + tq:]
+    # group rates, the rest's, subject-bootstrap CIs and the subject-level test: answers of one subject (three
+    # wordings, several images) are not independent
+    gvr = group_vs_rest(mat, n_groups, tq, n_boot=n_boot, seed=seed, level=level)
+    an = gvr.all_counts
     with np.errstate(invalid="ignore", divide="ignore"):
-        est = gs / gn
-        rest = (as_ - gs) / (an - gn)
-        rep = rs / rn
-        rep_diff = rep - (ras - rs) / (ran - rn)
-        overall_est = as_ / an
-        overall_rep = reps[:, 2 * gcols:2 * gcols + tq] / reps[:, 2 * gcols + tq:]
-    lo, hi = percentile_ci(rep, level)
-    dlo, dhi = percentile_ci(rep_diff, level)
+        overall_est = gvr.all_sums / an
+        overall_rep = gvr.all_rep_sums / gvr.all_rep_counts
     olo, ohi = percentile_ci(overall_rep, level)
-    # answers of one subject (three wordings, several images) are not independent: the subject-level test
-    stat_rs, deff = group_vs_rest_design_effect(mat, n_groups, tq)
 
     rows, pron_rows, term_rows = [], [], []
     for s, off in zip(sets, offsets[:-1]):
@@ -659,27 +646,20 @@ def audit_vqa(
             for t, tone in enumerate(tones):
                 for k, quant in enumerate(quantities):
                     c = t * nq + k
-                    a, b = gs[g, c], gn[g, c]
+                    a, b = gvr.sums[g, c], gvr.counts[g, c]
                     if b <= 0:
                         continue
-                    cc, dd = as_[c] - a, an[c] - b
-                    stat, p = np.nan, np.nan
-                    # untested: too few subjects, no rest, or every answer of the tone the same (nothing can
-                    # differ, and a p-value of 1 would only weaken the correction of the others)
-                    if dd > 0 and not small[gi] and 0 < as_[c] < an[c]:
-                        # answers as independent (exact fallback for small counts) and the subject-level
-                        # Rao-Scott test: the larger p-value, valid when either holds (docs/METHODS.md §12.1)
-                        res = chi2_test(np.array([[a, b - a], [cc, dd - cc]]), seed=seed, warn=False)
-                        stat = stat_rs[g, c]
-                        p = (max(float(res.pvalue), float(chi2_dist.sf(stat, 1))) if np.isfinite(stat)
-                             else float(res.pvalue))
+                    # answers as independent and the subject-level Rao-Scott test (docs/METHODS.md §12.1)
+                    stat, p = group_vs_rest_pvalue(a, b, gvr.all_sums[c] - a, an[c] - b, gvr.statistic[g, c],
+                                                   seed=seed, too_small=bool(small[gi]))
                     rows.append({"attribute": s.name, "k": s.k, "group": labels[gi], "tone": tone, "quantity": quant,
                                  "n_samples": int(ns[gi]), "n_subjects": int(subj[gi]),
                                  "too_small": bool(small[gi]), "n_answers": int(b),
-                                 "estimate": est[g, c], "ci_low": lo[g, c], "ci_high": hi[g, c], "level": level,
-                                 "rest": rest[g, c], "difference": est[g, c] - rest[g, c],
-                                 "diff_ci_low": dlo[g, c], "diff_ci_high": dhi[g, c],
-                                 "design_effect": deff[g, c], "statistic": stat, "pvalue": p})
+                                 "estimate": gvr.estimate[g, c], "ci_low": gvr.ci_low[g, c],
+                                 "ci_high": gvr.ci_high[g, c], "level": level, "rest": gvr.rest[g, c],
+                                 "difference": gvr.estimate[g, c] - gvr.rest[g, c],
+                                 "diff_ci_low": gvr.diff_ci_low[g, c], "diff_ci_high": gvr.diff_ci_high[g, c],
+                                 "design_effect": gvr.design_effect[g, c], "statistic": stat, "pvalue": p})
         # pronoun counts and top terms, from the answers of each group
         pos, owner = _expand(s.rows, start, count)
         gcode = s.codes[owner]
