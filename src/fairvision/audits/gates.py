@@ -47,6 +47,14 @@ def parse_condition(text: str) -> Condition:
     return Condition(m.group(1), m.group(2), float(m.group(3)), str(text).strip())
 
 
+def quantity_key(name) -> str:
+    """An attribute set or group label as it appears in ``--fail-if`` names: ``"a × b"`` -> ``"a+b"`` (the
+    condition syntax allows no spaces)."""
+    from fairvision.groups import SEP  # lazy: groups imports numpy and pandas, which the CLI's start-up must not
+
+    return str(name).replace(SEP, "+")
+
+
 def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mapping[str, float], *,
                         nan: str = "error") -> list[dict]:
     """Evaluate conditions against named quantities.

@@ -35,8 +35,9 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.gates import quantity_key
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.groups import SEP, Intersection, group_label, intersections, resolve_attributes, sparse_membership, subject_codes
+from fairvision.groups import Intersection, group_label, intersections, resolve_attributes, sparse_membership, subject_codes
 from fairvision.io.scores import class_labels, metric_values
 from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs, tar_at_far_by_group
 from fairvision.schema import Attribute, Schema
@@ -158,7 +159,7 @@ class ModelAuditResult:
                "significant_pairs": sum}
         per_metric: dict[str, dict[str, list[float]]] = {}
         for _, row in self.summary.iterrows():
-            m, key = row["metric"], row["intersection"].replace(SEP, "+")
+            m, key = row["metric"], quantity_key(row["intersection"])
             vals = {"disparity": row["disparity"], "max_disparity": row["max_disparity"], "difference": row["difference"],
                     "ratio": row["ratio"], "min": row["min_mean"], "max": row["max_mean"],
                     "significant_pairs": row["n_significant"]}
@@ -174,7 +175,7 @@ class ModelAuditResult:
             q[name] = float(f(vs)) if vs else float("nan")
         if self.od:
             for inter, res in self.od.items():
-                key = inter.replace(SEP, "+")
+                key = quantity_key(inter)
                 q[f"od.{key}"] = res.estimate
                 q[f"od.{key}.ci_low"] = res.ci_low
                 q[f"od.{key}.ci_high"] = res.ci_high

@@ -23,8 +23,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.gates import quantity_key
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.groups import SEP, intersections, sparse_membership, subject_codes
+from fairvision.groups import intersections, sparse_membership, subject_codes
 from fairvision.io.coco import CocoDataset, image_sample_ids
 from fairvision.metrics.coco_eval import best_matches
 from fairvision.metrics.keypoints import COCO_SIGMAS, box_size, head_length, pck
@@ -244,7 +245,7 @@ class VerificationAuditResult:
                     vals = []
                     for _, r in rows.iterrows():
                         v = float(r[name])
-                        q[f"{dot}{r['intersection'].replace(SEP, '+')}.{name}"] = v
+                        q[f"{dot}{quantity_key(r['intersection'])}.{name}"] = v
                         if not math.isnan(v):
                             vals.append(v)
                     q[f"{dot}{name}"] = float(fn(vals)) if vals else float("nan")

@@ -26,8 +26,9 @@ import pandas as pd
 from scipy import sparse
 from scipy.stats import chi2 as chi2_dist
 
+from fairvision.audits.gates import quantity_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.groups import SEP, cell_counts, intersections, subject_codes
+from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.embeddings import npz_array, read_embeddings
 from fairvision.io.tables import read_raw_table
 from fairvision.io.toml import read_toml
@@ -309,11 +310,6 @@ def count_flagged(rates: pd.DataFrame) -> int:
     if "same_test_as" in rates.columns:
         flagged &= rates["same_test_as"].isna()
     return int(flagged.sum())
-
-
-def quantity_key(name: str) -> str:
-    """An attribute set or group label as it appears in ``--fail-if`` names: ``"a × b"`` -> ``"a+b"``."""
-    return str(name).replace(SEP, "+")
 
 
 def apply_missing(data: pd.DataFrame, attrs: list[str], missing: str, schema, *, source: str):

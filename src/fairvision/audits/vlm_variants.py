@@ -18,9 +18,10 @@ import cv2
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.gates import quantity_key
 from fairvision.audits.vlm import prepare_samples
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.groups import SEP, cell_counts, intersections, subject_codes
+from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.atomic import atomic_output_dir, atomic_write_bytes
 from fairvision.io.images import encode_png, read_image
 from fairvision.io.masks import mask_index, find_mask
@@ -209,7 +210,7 @@ class VariantComparison:
              "n_too_small": float(len(c.loc[small, ["attribute", "group"]].drop_duplicates())) if len(c) else 0.0,
              "max_change": float(judged.abs().max()) if judged.notna().any() else np.nan}
         for row in c.itertuples(index=False):
-            q[f"change.{row.attribute.replace(SEP, '+')}.{row.group.replace(SEP, '+')}.{row.label}"] = float(row.estimate)
+            q[f"change.{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.label}"] = float(row.estimate)
         return q
 
 

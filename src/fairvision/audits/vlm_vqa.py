@@ -26,8 +26,9 @@ from scipy import sparse
 
 from fairvision.engine.cache import content_key
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.audits.gates import quantity_key
 from fairvision.audits.vlm import (MIN_SUBJECTS, adjust_group_tests, count_flagged, group_vs_rest, group_vs_rest_pvalue,
-                                   prepare_samples, quantity_key)
+                                   prepare_samples)
 from fairvision.groups import cell_counts, intersections, subject_codes
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import read_raw_table

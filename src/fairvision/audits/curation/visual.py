@@ -26,12 +26,13 @@ import numpy as np
 import pandas as pd
 
 from fairvision import __version__
+from fairvision.audits.gates import quantity_key
 from fairvision.audits.curation.family import correct_across
 from fairvision.audits.model import ModelAuditResult, audit_model
 from fairvision.engine import imap
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.groups import SEP, intersections, resolve_attributes, subject_codes
+from fairvision.groups import intersections, resolve_attributes, subject_codes
 from fairvision.io.coco import CocoDataset, image_sample_ids
 from fairvision.io.images import read_image
 from fairvision.io.store import ResultsStore, file_sha256, row_key
@@ -403,7 +404,7 @@ class VisualAudit:
         if len(self.omnibus):
             q["omnibus_significant"] = float(self.omnibus["significant"].sum())
             for _, r in self.omnibus.iterrows():
-                q[f"{r['metric']}.{r['intersection'].replace(SEP, '+')}.omnibus_pvalue"] = float(r["pvalue_adjusted"])
+                q[f"{r['metric']}.{quantity_key(r['intersection'])}.omnibus_pvalue"] = float(r["pvalue_adjusted"])
         else:
             q["omnibus_significant"] = 0.0
         return q

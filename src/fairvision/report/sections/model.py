@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.gates import describe
-from fairvision.groups import SEP, group_label
+from fairvision.audits.gates import describe, quantity_key
+from fairvision.groups import group_label
 from fairvision.report import Section
 from fairvision.report import plots
 from fairvision.report.findings import GAP_LARGE, ci_text, group_text, imbalance_severity, num, p_text, verb
@@ -167,7 +167,7 @@ def add_findings(sec: Section, result, conditions: list[dict] | None = None) -> 
                 f"{m} by {inter}: worst group {group_text(inter, row['worst_group'])} is {num(diff, 3)} "
                 f"{'below' if higher else 'above'} best group {group_text(inter, row['best_group'])} "
                 f"(means {num(row['worst_mean'], 3)} vs {num(row['best_mean'], 3)}{ci}; {ptxt}){extra}",
-                sev, target="summary", quantity=f"{m}.{inter.replace(SEP, '+')}.difference", value=diff,
+                sev, target="summary", quantity=f"{m}.{quantity_key(inter)}.difference", value=diff,
                 ci_low=row["difference_ci_low"], ci_high=row["difference_ci_high"], pvalue=p if np.isfinite(p) else None,
                 size=rel)
         if not any_sig and len(rows):
@@ -187,5 +187,5 @@ def add_findings(sec: Section, result, conditions: list[dict] | None = None) -> 
                     size=len(small) / n_groups if n_groups else None)
     for inter, od in result.od.items():
         sec.finding(f"Recall by {inter}: overall disparity OD {num(od.estimate)}{ci_text(od.ci_low, od.ci_high)}",
-                    imbalance_severity(od.estimate), target=f"od_{inter}", quantity=f"od.{inter.replace(SEP, '+')}",
+                    imbalance_severity(od.estimate), target=f"od_{inter}", quantity=f"od.{quantity_key(inter)}",
                     value=od.estimate, ci_low=od.ci_low, ci_high=od.ci_high, size=od.estimate)

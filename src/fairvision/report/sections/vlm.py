@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fairvision.audits.gates import describe
+from fairvision.audits.gates import describe, quantity_key
 from fairvision.audits.vlm import count_flagged
-from fairvision.groups import SEP
 from fairvision.report import Section
 from fairvision.report import plots
 from fairvision.report.findings import ci_text, count_of, group_text, num, p_text, pct, test_severity, verb
@@ -88,7 +87,7 @@ def _findings(sec: Section, result) -> None:
             f"is {direction} than the rest ({pct(row.rest)}; difference {num(row.difference)}"
             f"{ci_text(row.diff_ci_low, row.diff_ci_high)}, {p_text(row.pvalue_adjusted)})",
             test_severity(row.pvalue_adjusted, result.alpha, row.size), target="rates",
-            quantity=f"gap.{row.attribute.replace(SEP, '+')}.{row.group.replace(SEP, '+')}.{row.quantity}",
+            quantity=f"gap.{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.quantity}",
             value=row.difference,
             ci_low=row.diff_ci_low, ci_high=row.diff_ci_high, pvalue=row.pvalue_adjusted, size=row.size)
 
@@ -144,6 +143,6 @@ def compare_section(result, *, conditions: list[dict] | None = None,
             f"{pct(row.rate_first)} ({result.first}) to {pct(row.rate_second)} ({result.second}); change "
             f"{num(row.estimate)}{ci_text(row.ci_low, row.ci_high)}, {p_text(row.pvalue_adjusted)}",
             test_severity(row.pvalue_adjusted, result.alpha, row.size), target="changes",
-            quantity=f"change.{row.attribute.replace(SEP, '+')}.{row.group.replace(SEP, '+')}.{row.label}",
+            quantity=f"change.{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.label}",
             value=row.estimate, ci_low=row.ci_low, ci_high=row.ci_high, pvalue=row.pvalue_adjusted, size=row.size)
     return sec

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from fairvision.audits.gates import quantity_key
 from fairvision.audits.vlm import count_flagged
 from fairvision.report import Section
 from fairvision.report import plots
 from fairvision.report.sections.vlm import gate_findings
-from fairvision.groups import SEP
 from fairvision.report.findings import ci_text, count_of, group_text, num, p_text, pct, test_severity, verb
 
 #: what each rate counts, for captions and findings
@@ -124,6 +124,6 @@ def _findings(sec: Section, result) -> None:
             f"({pct(row.rest)}; difference {num(row.difference)}{ci_text(row.diff_ci_low, row.diff_ci_high)}, "
             f"{p_text(row.pvalue_adjusted)})",
             test_severity(row.pvalue_adjusted, result.alpha, row.size), target="rates",
-            quantity=f"gap.{row.attribute.replace(SEP, '+')}.{str(row.group).replace(SEP, '+')}.{row.tone}."
+            quantity=f"gap.{quantity_key(row.attribute)}.{quantity_key(row.group)}.{row.tone}."
                      f"{row.quantity}", value=row.difference,
             ci_low=row.diff_ci_low, ci_high=row.diff_ci_high, pvalue=row.pvalue_adjusted, size=row.size)
