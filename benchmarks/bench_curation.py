@@ -9,8 +9,9 @@
    matrix product) against the textbook definition, a double loop over the units and the ordered pairs of values
    within each unit; equal alphas. Also the unit bootstrap (``--n-boot`` replicates, vectorised) against the
    textbook loop per replicate, timed on ``--naive-reps`` replicates and extrapolated (stated as such).
-3. Consent-withdrawal replacement (§13.5): :func:`fairvision.audits.curation.withdraw.match_replacements` (the
-   optimal assignment under the lexicographic cost: primary mismatches, then secondary, then feature distance)
+3. Consent-withdrawal replacement (§13.5):
+   :func:`fairvision.audits.curation.withdraw.replacement.match_replacements` (the optimal assignment under the
+   lexicographic cost: primary mismatches, then secondary, then feature distance)
    against the greedy baseline (each withdrawn image in turn takes the cheapest candidate still free, same cost)
    on a scarce pool (``--withdrawn`` images, ``--candidates`` candidates whose attribute mix differs from the
    withdrawn ones). The point is the quality (total primary mismatches), not the time; both are printed.
@@ -27,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy.spatial import ConvexHull
 
-from fairvision.audits.curation.withdraw import match_replacements
+from fairvision.audits.curation.withdraw.replacement import match_replacements
 from fairvision.metrics.shape import mask_area_ratio, mask_concavity
 from fairvision.stats.agreement import krippendorff_alpha
 

@@ -7,7 +7,7 @@
 2. Assessment of seeds and outputs on ``--workers`` workers (skin: ``mean`` estimator, mediapipe mask;
    ``--age-gender`` adds the default ONNX age/gender assessor) into a fresh results store, then the same
    again (every assessment read from the store; ``--no-store-run`` also times a run without a store).
-   Beside it, the skin pipeline (:func:`fairvision.audits.skin_batch.measure_images`, its default ``thong`` estimator, the
+   Beside it, the skin pipeline (:func:`fairvision.skin.batch.measure_images`, its default ``thong`` estimator, the
    figure of ``benchmarks/bench_skin_pipeline.py``) on ``--skin-images`` of the same outputs on the same
    number of workers, measured in this run. Both include pool start-up and model loading (not imports).
 3. Scoring: word, topic and model scores with ``--n-boot`` bootstrap replicates over seeds, the paired
@@ -39,11 +39,13 @@ from fairvision.audits.generative.assessors import assess_images, pair_changes
 from fairvision.audits.generative.audit import score_pairs
 from fairvision.audits.generative.generators import generate
 from fairvision.audits.generative.spec import DEFAULTS, default_words
-from fairvision.audits.skin_batch import measure_images, preload
+from fairvision.audits.settings import AuditSettings
 from fairvision.datasets import load_portraits
+from fairvision.skin.batch import measure_images
 from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
 from fairvision.stats.metamorphic import metamorphic_scores
 from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
+from fairvision.vision.model_cache import preload_face_models
 
 DARK = 5
 LIGHT = 5
@@ -125,7 +127,8 @@ def main() -> int:
           f"{args.workers} workers, n_boot={args.n_boot}")
 
     t = time.perf_counter()
-    records = generate(seeds, prompts, cfg, args.workdir, workers=args.workers)
+    run_on = AuditSettings(workers=args.workers)
+    records = generate(seeds, prompts, cfg, args.workdir, settings=run_on)
     tg = time.perf_counter() - t
     made = int(records["generated"].sum())
     print(f"  generation (built-in editor): {made:,} made now in {tg:.1f} s"
@@ -136,26 +139,26 @@ def main() -> int:
                "age_gender": "builtin" if args.age_gender else "none"}
     paths = list(seeds["image_path"].astype(str)) + list(records.loc[records["ok"], "output_path"])
     n = len(paths)
-    preload({"mask_method": "mediapipe"})  # imports (not models) before any clock, for every contender alike
+    preload_face_models("mediapipe")  # imports (not models) before any clock, for every contender alike
     store_dir = Path(tempfile.mkdtemp(prefix="fairvision-bench-store-"))
     try:
         t = time.perf_counter()
-        images = assess_images(paths, options, workers=args.workers, store=store_dir)
+        images = assess_images(paths, options, settings=run_on, store=store_dir)
         ta = time.perf_counter() - t
         t = time.perf_counter()
-        again = assess_images(paths, options, workers=args.workers, store=store_dir)
+        again = assess_images(paths, options, settings=run_on, store=store_dir)
         ts2 = time.perf_counter() - t
     finally:
         shutil.rmtree(store_dir, ignore_errors=True)
     if args.no_store_run:
         t = time.perf_counter()
-        plain = assess_images(paths, options, workers=args.workers)
+        plain = assess_images(paths, options, settings=run_on)
         ts0 = time.perf_counter() - t
         assert plain[["L", "hue", "ita", "gray"]].equals(again[["L", "hue", "ita", "gray"]])
     computed = sum(again.attrs["assessments"]["computed"].values())
     sk_paths = list(records.loc[records["ok"], "output_path"])[: args.skin_images]
     t = time.perf_counter()
-    sk = measure_images(sk_paths, workers=args.workers, progress=False, store=None)
+    sk = measure_images(sk_paths, settings=run_on, progress=False, store=None)
     tsk = time.perf_counter() - t
     what = "skin + age/gender" if args.age_gender else "skin"
     print(f"  assessment ({what}), {n:,} images, into a fresh results store: {n / ta:7.1f} images/s ({ta:.1f} s), "
@@ -171,12 +174,14 @@ def main() -> int:
     pairs = pair_changes(records, seeds, images)
     props = [p for p in ("skin_L", "skin_hue", "skin_ita", "skin_gray", "age", "gender")
              if pairs[p].notna().any()]
-    score_pairs(pairs.head(200), min_effect=DEFAULTS["min_effect"], n_boot=10, properties=["skin_L"])  # warm-up
+    score_pairs(pairs.head(200), min_effect=DEFAULTS["min_effect"], settings=AuditSettings(n_boot=10),
+                properties=["skin_L"])  # warm-up
     t = time.perf_counter()
     ours = metamorphic_scores(pairs, value="skin_L", word="word", unit="seed_id", topic="topic", n_boot=args.n_boot)
     t1 = time.perf_counter() - t
     t = time.perf_counter()
-    words, topics, model = score_pairs(pairs, min_effect=DEFAULTS["min_effect"], n_boot=args.n_boot, properties=props)
+    words, topics, model = score_pairs(pairs, min_effect=DEFAULTS["min_effect"], settings=AuditSettings(n_boot=args.n_boot),
+                                       properties=props)
     tall = time.perf_counter() - t
     t = time.perf_counter()
     nw, ntopic, nmodel = naive_scores(pairs, "skin_L", args.n_boot, 0.95, 0)

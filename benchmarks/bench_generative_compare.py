@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from fairvision.audits.generative import GenerativeRun, compare_generative
+from fairvision.audits.settings import AuditSettings
 from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
 
 TOPICS = ["professions", "objects", "personalities", "activities"]
@@ -105,12 +106,13 @@ def main() -> None:
     n_pairs = args.seeds * args.words
     print(f"generator comparison: {len(runs)} generators x {args.seeds} seeds x {args.words} words "
           f"({n_pairs:,} pairs each), {args.n_boot:,} replicates over seeds")
-    compare_generative(make_runs(5, 8), n_boot=20)  # warm-up
+    compare_generative(make_runs(5, 8), settings=AuditSettings(n_boot=20))  # warm-up
     t = time.perf_counter()
-    cmp = compare_generative(runs, properties=["skin_L"], n_boot=args.n_boot)
+    settings = AuditSettings(n_boot=args.n_boot)
+    cmp = compare_generative(runs, properties=["skin_L"], settings=settings)
     t1 = time.perf_counter() - t
     t = time.perf_counter()
-    both = compare_generative(runs, properties=["skin_L", "gender"], n_boot=args.n_boot)
+    both = compare_generative(runs, properties=["skin_L", "gender"], settings=settings)
     t2 = time.perf_counter() - t
     wt = both.word_tests
     print(f"  fairvision compare_generative: skin_L {t1:.2f} s; skin_L + gender (sign test) {t2:.2f} s "

@@ -1,4 +1,4 @@
-"""Scale-out benchmark (issue 12): images/s of the skin measurement on the local and the ray engine.
+"""Scale-out benchmark: images/s of the skin measurement on the local and the ray engine.
 
 Workload: synthetic faces rendered from the 62 bundled portraits, every image different (seeded random
 crop, scale, rotation and colour shift), written as JPEG to a temporary folder. For each size (default
@@ -86,7 +86,8 @@ def peak_rss_mib() -> float:
 
 def run_one(args) -> dict:
     """Measure the first ``size`` images of the listing once; print a JSON line."""
-    from fairvision.audits.skin_batch import measure_images
+    from fairvision.audits.settings import AuditSettings
+    from fairvision.skin.batch import measure_images
 
     paths = Path(args.listing).read_text().split("\n")[: args.size]
     startup = 0.0
@@ -100,7 +101,7 @@ def run_one(args) -> dict:
     if args.store:
         kw["store"] = args.store
     t = time.perf_counter()
-    df = measure_images(paths, workers=args.workers, engine=args.engine, progress=False, **kw)
+    df = measure_images(paths, settings=AuditSettings(workers=args.workers, engine=args.engine), progress=False, **kw)
     wall = time.perf_counter() - t
     s = df.attrs["summary"]
     return {"engine": args.engine, "workers": args.workers, "size": len(paths), "seconds": wall,
@@ -124,7 +125,7 @@ def store_available() -> bool:
         return False
     import inspect
 
-    from fairvision.audits.skin_batch import measure_images
+    from fairvision.skin.batch import measure_images
 
     return "store" in inspect.signature(measure_images).parameters
 
@@ -174,7 +175,7 @@ def main() -> None:
         def ips(engine, workers, size):
             return next(r["images_per_s"] for r in rows if (r["engine"], r["workers"], r["size"]) == (engine, workers, size))
 
-        print("\nratios (issue 12 targets in brackets):")
+        print("\nratios (targets in brackets):")
         for size in sizes:
             line = f"  {size:>6,} images: 2 workers / 1 worker = {ips('local', 2, size) / ips('local', 1, size):.2f}x [>= 1.7x]"
             if have_ray:

@@ -3,7 +3,7 @@
 Side by side in one run, every contender in a fresh interpreter whose imports
 are done before the clock starts (model construction and loading are timed):
 
-1. fairvision's pipeline, ``measure_images(folder, workers=2)`` (worker pool
+1. fairvision's pipeline, ``measure_images(folder)`` on 2 workers (worker pool
    start-up included);
 2. the naive baseline: one process, PIL decoding (+ EXIF transpose), then the
    same mask and estimator image after image; its results must equal (1);
@@ -83,18 +83,20 @@ def naive(paths: list[str], method: str) -> list:
 def _child(mode: str, method: str, workers: int) -> None:
     """Run one contender in this (fresh) interpreter and print JSON."""
     paths = json.loads(sys.stdin.read())
-    from fairvision.audits.skin_batch import measure_images, preload
+    from fairvision.audits.settings import AuditSettings
+    from fairvision.skin.batch import MeasureParams, measure_images
+    from fairvision.vision.model_cache import preload_face_models
 
-    preload({"mask_method": "mediapipe"})  # imports only, outside the clock
+    preload_face_models("mediapipe")  # imports only, outside the clock
     stamps: list[float] = []
     t = time.perf_counter()
     if mode == "naive":
         res = naive(paths, method)
         rows = [[r.L, r.hue, r.ita] if r is not None and r.ok else None for r in res]
     else:
+        params = MeasureParams(method=method, measure_options={"n_boot": 0} if mode == "fast-noboot" else None)
         df = measure_images(
-            paths, method=method, workers=workers, categories=False,
-            measure_options={"n_boot": 0} if mode == "fast-noboot" else None,
+            paths, params=params, settings=AuditSettings(workers=workers), categories=False,
             progress=lambda done, total: stamps.append(time.perf_counter()),
         )
         rows = [[r.L, r.hue, r.ita] if r.ok else None for r in df.itertuples()]

@@ -19,7 +19,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.vlm import audit_vlm, label_embeddings
+from fairvision.audits.settings import AuditSettings
+from fairvision.audits.vlm.zero_shot import audit_vlm, label_embeddings
 
 
 def make(n: int, d: int = 512, n_labels: int = 16, per_label: int = 4, seed: int = 0):
@@ -41,7 +42,7 @@ def main() -> None:
     data, x, tdf, text = make(n)
     img = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(x)})
     t0 = time.perf_counter()
-    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", prompt_sets={}, n_boot=1000)
+    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", prompt_sets={}, settings=AuditSettings(n_boot=1000))
     fast = time.perf_counter() - t0
     print(f"zero-shot probe: {n:,} x {x.shape[1]} image embeddings, {len(tdf)} prompts, 1,000 bootstrap replicates")
     print(f"  fast (vectorised): {fast:8.2f} s")

@@ -3,7 +3,7 @@
 ``--images`` images (two per subject) x the 9 bundled questions (3 tones x 3 wordings) from a precomputed answers
 table (answers drawn from a small pool of typical VLM answers, toxic answers to the negative questions more often
 for one ancestry group), two attributes (gender, ancestry) and their intersection (``max_k=2``), ``--n-boot``
-subject-bootstrap replicates. Fast: :func:`fairvision.audits.vlm_vqa.audit_vqa` with ``answers=`` (parsing each
+subject-bootstrap replicates. Fast: :func:`fairvision.audits.vlm.vqa.audit_vqa` with ``answers=`` (parsing each
 distinct answer once, one per-subject sparse matrix, all replicates as matrix products, the tests, pronoun and
 term tables: the whole call is timed). Baseline: the pandas loop a first attempt writes on the already parsed
 answers (parsing not timed, which favours it): per replicate, resample subjects, gather their answers, then per
@@ -22,7 +22,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.vlm_vqa import audit_vqa, load_questions
+from fairvision.audits.settings import AuditSettings
+from fairvision.audits.vlm.vqa import audit_vqa
+from fairvision.audits.vlm.vqa_parsing import load_questions
 
 ANSWERS = {  # (answer, weight) per tone
     "positive": [("because she is kind", 3), ("because he is friendly", 3), ("because they are kind", 1),
@@ -87,9 +89,11 @@ def main() -> None:
     print(f"VQA probe: {args.images:,} images ({args.images // 2:,} subjects) x {len(qs.questions)} questions = "
           f"{len(answers):,} answers; gender, ancestry and gender x ancestry; {args.n_boot:,} subject-bootstrap "
           "replicates")
-    audit_vqa(data.head(50), questions=qs, attrs=["gender"], answers=answers.head(450), n_boot=10)  # warm-up
+    audit_vqa(data.head(50), questions=qs, attrs=["gender"], answers=answers.head(450),
+              settings=AuditSettings(n_boot=10))  # warm-up
     t = time.perf_counter()
-    res = audit_vqa(data, questions=qs, attrs=["gender", "ancestry"], answers=answers, max_k=2, n_boot=args.n_boot)
+    res = audit_vqa(data, questions=qs, attrs=["gender", "ancestry"], answers=answers, max_k=2,
+                    settings=AuditSettings(n_boot=args.n_boot))
     t_fast = time.perf_counter() - t
     flagged = res.rates[res.rates["flagged"]]
     print(f"  fairvision audit_vqa (parsing, rates, CIs, tests, pronouns, terms): {t_fast:.2f} s; "

@@ -127,3 +127,95 @@ def test_cli_start_up_imports_no_numerics():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"imported at start-up: {out.stdout.strip()}"
+
+
+AUDITS = SRC / "audits"
+#: modules of audits/ that are shared infrastructure, not audits: every audit may import them
+AUDIT_INFRASTRUCTURE = {"gates", "settings", "__init__"}
+
+
+def _audit_family(module: str) -> str | None:
+    """``fairvision.audits.curation.withdraw`` -> ``curation``; None outside audits/."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["fairvision", "audits"] else None
+
+
+def _entry_points(module: str) -> set[str]:
+    """What another audit may import from ``module``: its ``audit_*`` functions and the classes they return."""
+    path = _module_path(module)
+    if path is None:
+        return set()
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("audit_"):
+            names.add(node.name)
+            if node.returns is not None:
+                names.update(n.id for n in ast.walk(node.returns) if isinstance(n, ast.Name))
+                names.update(n.value for n in ast.walk(node.returns)
+                             if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    return names
+
+
+@pytest.mark.parametrize("path", sorted(AUDITS.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_audits_are_leaves(path):
+    """An audit imports from another audit only its ``audit_*`` entry points and their result classes (plus the
+    shared ``audits.gates`` and ``audits.settings``): whatever two audits share lives in a lower layer."""
+    mine = path.relative_to(AUDITS).parts[0].removesuffix(".py")
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                other = _audit_family(a.name)
+                assert other in (None, mine) or other in AUDIT_INFRASTRUCTURE, (
+                    f"{path.relative_to(SRC)} imports the module {a.name} of another audit")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            other = _audit_family(node.module)
+            if other is None or other == mine or other in AUDIT_INFRASTRUCTURE:
+                continue
+            allowed = _entry_points(node.module)
+            for a in node.names:
+                assert a.name in allowed, (
+                    f"{path.relative_to(SRC)} imports {a.name} from {node.module}, which is not an audit_* entry "
+                    f"point or its result class: move it to the layer that owns it")
+
+
+def test_leaf_rule_catches_a_sideways_import(tmp_path):
+    """The rule above is not vacuous: a helper of the model audit is not an entry point."""
+    assert "audit_model" in _entry_points("fairvision.audits.model")
+    assert "ModelAuditResult" in _entry_points("fairvision.audits.model")
+    assert "group_estimates" not in _entry_points("fairvision.audits.model")
+
+
+MAX_MODULE_LINES = 600
+MAX_PARAMETERS = 12  # besides the data a function works on (and self)
+
+
+@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_small_modules(path):
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_MODULE_LINES, f"{path.relative_to(SRC)} has {n} lines: split it along its seams"
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(SRC.rglob("*.py")) if p.relative_to(SRC).parts[0] != "cli"],
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_library_signatures_are_short(path):
+    """Shared options travel as one AuditSettings; cohesive options as small objects. (Commands in cli/ declare
+    one parameter per option, as typer needs.)"""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+            names = names[1:] if names[:1] in (["self"], ["cls"]) else names
+            assert len(names) - 1 <= MAX_PARAMETERS, (
+                f"{path.relative_to(SRC)}:{node.lineno} {node.name} takes {len(names)} parameters")
+
+
+def test_plain_words():
+    """Code, docs and messages speak to users: no tracker numbers or build-plan words."""
+    import re
+
+    pattern = re.compile(r"\bissues? \d+|\(issue|\bpart [A-F]\b|not built yet", re.IGNORECASE)
+    root = SRC.parents[1]
+    files = [*SRC.rglob("*.py"), *(root / "docs").glob("*.md"), root / "README.md"]
+    hits = [f"{p.relative_to(root)}:{i}: {line.strip()[:80]}" for p in files
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert not hits, "\n".join(hits)

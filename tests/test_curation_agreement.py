@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from fairvision.audits.curation.agreement import audit_agreement, match_annotations, read_annotated_coco
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli import main
 from fairvision.errors import InputFileError
 from fairvision.stats import jaccard, krippendorff_alpha, label_indicators
@@ -123,7 +124,7 @@ def test_matched_pair_measures_by_hand(tmp_path):
 def test_audit_tables_and_planted_group_difference(tmp_path):
     p, s = _coco(tmp_path)
     ann = read_annotated_coco(p, vendor_key="vendor")
-    res = audit_agreement(pd.read_csv(s), ann, ["grp"], min_subjects=5, n_boot=100)
+    res = audit_agreement(pd.read_csv(s), ann, ["grp"], settings=AuditSettings(min_subjects=5, n_boot=100))
     assert set(map(tuple, res.by_pair[["annotator_a", "annotator_b"]].to_numpy())) == set(combinations("ABC", 2))
     # mean IoU per annotator pair equals the plain mean of its matched rows
     m = res.pairs[res.pairs["matched"]]
@@ -160,8 +161,8 @@ def test_annotators_are_described_not_tested(tmp_path):
     # every match belongs to two annotators, so annotators' sets of matches overlap: a table of means with
     # subject-bootstrap CIs, no Mann-Whitney tests between annotators; the means by hand from the matches
     p, s = _coco(tmp_path)
-    res = audit_agreement(pd.read_csv(s), read_annotated_coco(p, vendor_key="vendor"), ["grp"], min_subjects=5,
-                          n_boot=200)
+    res = audit_agreement(pd.read_csv(s), read_annotated_coco(p, vendor_key="vendor"), ["grp"],
+                          settings=AuditSettings(min_subjects=5, n_boot=200))
     ba = res.by_annotator
     assert isinstance(ba, pd.DataFrame) and not hasattr(ba, "pairwise")
     m = res.pairs[res.pairs["matched"]]
@@ -207,7 +208,7 @@ def test_alpha_leaves_out_a_chain_with_two_annotations_of_one_annotator(tmp_path
     pairs = match_annotations(ann)
     m = pairs[pairs["matched"]]
     assert {(r.ann_a, r.ann_b) for r in m[m["image_id"] == 0].itertuples()} == {(0, 1), (1, 2), (3, 2)}
-    res = audit_agreement(None, ann, n_boot=0)
+    res = audit_agreement(None, ann, settings=AuditSettings(n_boot=0))
     a = res.alpha.set_index("attribute").loc["pose"]
     # the chain is left out (not silently reduced to one of A's two values) and counted
     assert a["n_units_dropped"] == 1 and a["n_units"] == 3

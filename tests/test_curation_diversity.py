@@ -180,8 +180,10 @@ def test_embeddings_deterministic_and_flip_invariant(embedder, portraits):
 
 # --------------------------------------------------------------------------- the audit
 
-from fairvision.audits.curation.diversity import audit_diversity, embed_variants  # noqa: E402
-from fairvision.audits.vlm_variants import background_black, person_black  # noqa: E402
+from fairvision.audits.curation.diversity import Rarefaction, audit_diversity  # noqa: E402
+from fairvision.audits.curation.diversity_embedding import EmbeddingOptions, embed_variants  # noqa: E402
+from fairvision.audits.settings import AuditSettings  # noqa: E402
+from fairvision.vision.image_edits import background_black, person_black  # noqa: E402
 from fairvision.io.store import ResultsStore  # noqa: E402
 from fairvision.report.sections.curation_diversity import diversity_section  # noqa: E402
 
@@ -196,8 +198,8 @@ def test_variants_use_the_mask(tmp_path, embedder, portraits):
     m[100:450, 150:350] = True
     Image.fromarray((m * 255).astype(np.uint8)).save(masks / f"{data['sample_id'][0]}.png")
     data["x0"], data["y0"], data["x1"], data["y1"] = 50.0, 60.0, 300.0, 480.0
-    emb, status = embed_variants(data, ("whole", "scene", "subject"), masks_dir=masks,
-                                 box_cols=("x0", "y0", "x1", "y1"))
+    emb, status = embed_variants(data, ("whole", "scene", "subject"),
+                                 options=EmbeddingOptions(masks_dir=masks, box_cols=("x0", "y0", "x1", "y1")))
     src = status[status["variant"] == "scene"].set_index("sample_id")["mask_source"]
     assert list(src) == ["file", "box", "box"]
     img0, img1 = read_image(data["image_path"][0]), read_image(data["image_path"][1])
@@ -216,7 +218,8 @@ def test_audit_scores_and_store(tmp_path, portraits):
     data["group"] = ["a"] * 4 + ["b"] * 4
     data["x0"], data["y0"], data["x1"], data["y1"] = 100.0, 50.0, 400.0, 500.0
     store = ResultsStore(tmp_path / "store")
-    kw = dict(box_cols=("x0", "y0", "x1", "y1"), store=store, min_subjects=2, n_boot=200, n_draws=20)
+    kw = dict(embedding=EmbeddingOptions(box_cols=("x0", "y0", "x1", "y1")), store=store,
+              rarefaction=Rarefaction(n_draws=20), settings=AuditSettings(min_subjects=2, n_boot=200))
     res = audit_diversity(data, ["group"], **kw)
     s = res.scores.set_index(["variant", "attribute", "group"])
     assert len(s) == 9 and not res.status["from_cache"].any()
@@ -243,7 +246,8 @@ def test_supplied_embeddings_and_low_diversity_flag():
     x = q[rng.integers(0, 64, n)] + 0.05 * rng.normal(size=(n, 64))
     x[80:] = q[rng.integers(0, 3, 40)] + 0.05 * rng.normal(size=(40, 64))  # group z: three looks only
     emb = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(x)})
-    res = audit_diversity(data, ["g"], embeddings=emb, n_boot=100, n_draws=20)
+    res = audit_diversity(data, ["g"], embeddings=emb, rarefaction=Rarefaction(n_draws=20),
+                          settings=AuditSettings(n_boot=100))
     s = res.scores.set_index("group")
     assert res.variants == ("whole",)
     assert bool(s.loc["z", "low_diversity"]) and not s.loc[["x", "y"], "low_diversity"].any()
@@ -305,13 +309,14 @@ def test_cli_embeddings_with_explicit_masked_variants_is_refused(tmp_path, capsy
 def test_groups_below_min_subjects_get_no_interval():
     """A group of 3 subjects (under the default 10) keeps its score but gets no interval and is flagged
     too_small; a group of 40 gets both. Person masks are counted in images, not (image, variant) rows."""
-    from fairvision.audits.curation.diversity import mask_source_counts
+    from fairvision.audits.curation.diversity_embedding import mask_source_counts
 
     rng = np.random.default_rng(1)
     n = 43
     data = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "g": ["big"] * 40 + ["tiny"] * 3})
     emb = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(rng.normal(size=(n, 16)))})
-    res = audit_diversity(data, ["g"], embeddings=emb, n_boot=100, n_draws=10)
+    res = audit_diversity(data, ["g"], embeddings=emb, rarefaction=Rarefaction(n_draws=10),
+                          settings=AuditSettings(n_boot=100))
     s = res.scores.set_index("group")
     assert s.loc["tiny", "too_small"] and np.isfinite(s.loc["tiny", "vendi"])
     assert np.isnan(s.loc["tiny", "ci_low"]) and np.isnan(s.loc["tiny", "ci_high"])

@@ -14,9 +14,10 @@ import pytest
 import scipy.fftpack
 from PIL import Image
 
-from fairvision.audits.curation.qa import audit_images, strip_metadata, strip_png
+from fairvision.audits.curation.qa import audit_images, strip_metadata
 from fairvision.cli import main
 from fairvision.datasets import load_demo, load_portraits
+from fairvision.io.metadata import strip_jpeg, strip_png
 from fairvision.stats.hamming import hamming_distance, near_duplicate_pairs, popcount64
 from fairvision.vision.phash import grey_thumbnail, inspect_image_file, phash_from_grey
 
@@ -320,8 +321,6 @@ def test_jpeg_orientation_segment_follows_jfif(tmp_path):
     n0 = 4 + int.from_bytes(raw[4:6], "big")
     no_jfif = raw[:2] + raw[n0:]
     assert _segments(no_jfif)[0] == 0xE1
-    from fairvision.audits.curation.qa import strip_jpeg
-
     out = strip_jpeg(no_jfif, orientation=3)
     assert _segments(out)[0] == 0xE1
     with Image.open(io.BytesIO(out)) as im:

@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 from scipy.spatial import ConvexHull
 
-from fairvision.audits.curation.visual import audit_visual, coco_from_models, instance_statistics
+from fairvision.audits.curation.visual import audit_visual, instance_statistics
+from fairvision.audits.curation.visual_models import coco_from_models
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli import main
 from fairvision.datasets.demo import load_portraits
 from fairvision.errors import FairvisionError
@@ -90,7 +92,7 @@ def test_instance_statistics_match_metrics(tmp_path):
 
 def test_planted_group_difference_is_found(tmp_path):
     ann, _, samples = _planted(tmp_path)
-    res = audit_visual(samples, read_coco(ann), ["distance"], min_subjects=5, n_boot=100)
+    res = audit_visual(samples, read_coco(ann), ["distance"], settings=AuditSettings(min_subjects=5, n_boot=100))
     om = res.omnibus.set_index("metric")
     assert om.loc["person.box_area_ratio", "significant"]
     assert om.loc["person.mask_area_ratio", "significant"]
@@ -130,7 +132,7 @@ def test_built_in_models_on_portraits():
     assert failed.empty
     cats = gt.annotations["category_id"].to_numpy()
     assert (cats == 2).sum() >= 3 and (cats == 1).sum() == 3  # a face in every portrait, one person mask each
-    res = audit_visual(data, gt, n_boot=0)
+    res = audit_visual(data, gt, settings=AuditSettings(n_boot=0))
     ov = res.overall
     # portraits: the face fills a few percent to a third of the frame, and is upright and near the centre
     assert 0.01 < ov.loc["face.box_area_ratio", "median"] < 0.4
@@ -191,33 +193,34 @@ def _no_models(*_a, **_k):
 
 
 def test_built_in_models_store(tmp_path, monkeypatch):
-    from fairvision.audits.curation import visual
+    from fairvision.audits.curation import visual_models
     from fairvision.io.store import ResultsStore
 
     data = load_portraits().head(2).assign(subject_id=["p1", "p2"])
     store = ResultsStore(tmp_path / "store")
     calls = []
-    real = visual.measure_image
+    real = visual_models.measure_image
 
     def counted(path, params=None):
         calls.append(path)
         return real(path, params)
 
-    monkeypatch.setattr(visual, "measure_image", counted)
+    monkeypatch.setattr(visual_models, "measure_image", counted)
     gt1, f1 = coco_from_models(data, store=store)
     assert len(calls) == 2 and not gt1.images["from_cache"].any() and f1.empty
-    rows = store.query(f"SELECT subject_id, payload FROM {visual.STAGE} ORDER BY subject_id")
+    rows = store.query(f"SELECT subject_id, payload FROM {visual_models.STAGE} ORDER BY subject_id")
     assert rows["subject_id"].tolist() == ["p1", "p2"]
     assert all(isinstance(json.loads(p)["mask"]["counts"], str) for p in rows["payload"])  # compressed RLE
-    monkeypatch.setattr(visual, "measure_image", _no_models)
+    monkeypatch.setattr(visual_models, "measure_image", _no_models)
     gt2, f2 = coco_from_models(data, store=store)
     assert gt2.images["from_cache"].all() and f2.empty
     pd.testing.assert_frame_equal(gt1.images.drop(columns="from_cache"), gt2.images.drop(columns="from_cache"))
     pd.testing.assert_frame_equal(gt1.annotations, gt2.annotations)
-    a1, a2 = audit_visual(data, gt1, n_boot=0), audit_visual(data, gt2, n_boot=0)
+    no_boot = AuditSettings(n_boot=0)
+    a1, a2 = audit_visual(data, gt1, settings=no_boot), audit_visual(data, gt2, settings=no_boot)
     pd.testing.assert_frame_equal(a1.instances, a2.instances)
     # a changed model parameter is a different key: the models run again
-    monkeypatch.setattr(visual, "measure_image", counted)
+    monkeypatch.setattr(visual_models, "measure_image", counted)
     calls.clear()
     gt3, _ = coco_from_models(data, store=store, params={"face_min_confidence": 0.5})
     assert len(calls) == 2 and not gt3.images["from_cache"].any()
@@ -228,18 +231,18 @@ def test_built_in_models_store(tmp_path, monkeypatch):
 def test_cli_built_in_models_store(tmp_path, monkeypatch):
     import os
 
-    from fairvision.audits.curation import visual
+    from fairvision.audits.curation import visual_models
 
     data = load_portraits().head(2)
     data[["sample_id", "image_path"]].to_csv(tmp_path / "s.csv", index=False)
     base = ["curate", "visual", "--samples", str(tmp_path / "s.csv"), "--n-boot", "0"]
     assert main(base + ["-o", str(tmp_path / "o1"), "--store", str(tmp_path / "st")]) == 0
-    assert list((tmp_path / "st" / visual.STAGE).glob("part-*.parquet"))
-    real = visual.measure_image
-    monkeypatch.setattr(visual, "measure_image", _no_models)
+    assert list((tmp_path / "st" / visual_models.STAGE).glob("part-*.parquet"))
+    real = visual_models.measure_image
+    monkeypatch.setattr(visual_models, "measure_image", _no_models)
     assert main(base + ["-o", str(tmp_path / "o2"), "--store", str(tmp_path / "st")]) == 0
     assert (tmp_path / "o1" / "instances.csv").read_bytes() == (tmp_path / "o2" / "instances.csv").read_bytes()
-    monkeypatch.setattr(visual, "measure_image", real)  # not undo(): that also resets conftest's store
+    monkeypatch.setattr(visual_models, "measure_image", real)  # not undo(): that also resets conftest's store
     assert main(base + ["-o", str(tmp_path / "o3"), "--no-store"]) == 0
     assert not os.path.exists(os.environ["FAIRVISION_STORE"])  # conftest's per-test store: nothing written
 
@@ -270,7 +273,7 @@ def test_pairwise_tests_are_corrected_across_the_audit(tmp_path):
     from scipy.stats import mannwhitneyu
 
     gt, samples = _aspect_shift(tmp_path, 0.02)
-    res = audit_visual(samples, gt, ["g"], min_subjects=5, n_boot=0)
+    res = audit_visual(samples, gt, ["g"], settings=AuditSettings(min_subjects=5, n_boot=0))
     pw = res.pairwise[("person.aspect_ratio", "g")].iloc[0]
     ar = res.instances.groupby("g")["person.aspect_ratio"].apply(list)
     p = mannwhitneyu(ar["a"], ar["b"], alternative="two-sided").pvalue  # independent raw p-value
@@ -286,6 +289,6 @@ def test_pairwise_tests_are_corrected_across_the_audit(tmp_path):
     assert len(res.model.top_disparities) == 0
     # a clear difference survives the audit-wide correction
     gt2, samples2 = _aspect_shift(tmp_path, 0.2)
-    res2 = audit_visual(samples2, gt2, ["g"], min_subjects=5, n_boot=0)
+    res2 = audit_visual(samples2, gt2, ["g"], settings=AuditSettings(min_subjects=5, n_boot=0))
     assert res2.pairwise[("person.aspect_ratio", "g")]["significant"].all()
     assert res2.quantities()["significant_pairs"] == 1 and len(res2.model.top_disparities) == 1

@@ -17,17 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairvision.audits.curation.withdraw import (
-    CRASH_AFTER_RENAMES_ENV,
-    CRASH_BEFORE_COMMIT_ENV,
-    apply_withdrawal,
-    match_replacements,
-    plan_withdrawal,
-    read_log,
-)
+from fairvision.audits.curation.withdraw import apply_withdrawal, match_replacements, plan_withdrawal, read_log
+from fairvision.audits.curation.withdraw.journal import CRASH_AFTER_RENAMES, CRASH_BEFORE_COMMIT
 from fairvision.cli import main
 from fairvision.datasets.demo import demo_path, load_demo
 from fairvision.errors import InputFileError
+from fairvision.io.durable import CRASH_ENV
 from fairvision.io.store import ResultsStore, file_sha256
 
 MULTI = "multi"  # a subject with three images
@@ -243,8 +238,9 @@ def _run_cli(args, env_extra):
                           timeout=120)
 
 
-@pytest.mark.parametrize("hook,value", [(CRASH_AFTER_RENAMES_ENV, "2"), (CRASH_AFTER_RENAMES_ENV, "0"),
-                                        (CRASH_BEFORE_COMMIT_ENV, "1")])
+@pytest.mark.parametrize("hook,value", [(CRASH_AFTER_RENAMES, f"{CRASH_AFTER_RENAMES}:2"),
+                                        (CRASH_AFTER_RENAMES, f"{CRASH_AFTER_RENAMES}:0"),
+                                        (CRASH_BEFORE_COMMIT, CRASH_BEFORE_COMMIT)])
 def test_killed_apply_leaves_old_or_new_state(ds, hook, value):
     root, data, pool = ds
     before = snapshot(root)
@@ -255,11 +251,11 @@ def test_killed_apply_leaves_old_or_new_state(ds, hook, value):
     assert len(expected) == 4
     args = ["curate", "withdraw", str(root / "samples.csv"), "--subject", MULTI, *derived_args(root),
             "--store", str(root / "store"), "--apply"]
-    r = _run_cli(args, {hook: value})
+    r = _run_cli(args, {CRASH_ENV: value})
     assert r.returncode == -9, r.stderr  # SIGKILL
     journal = root / ".samples.csv.withdraw.journal.json"
     assert journal.exists()
-    if hook == CRASH_AFTER_RENAMES_ENV:
+    if hook == CRASH_AFTER_RENAMES:
         # committed, two of four renames done: the next run (any run, here a dry run of another subject) finishes
         r = _run_cli(["curate", "withdraw", str(root / "samples.csv"), "--subject", data["subject_id"][20],
                       "--store", str(root / "store")], {})

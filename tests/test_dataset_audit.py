@@ -6,6 +6,7 @@ import pytest
 
 from fairvision import stats
 from fairvision.audits.dataset import audit_dataset
+from fairvision.audits.settings import AuditSettings
 from fairvision.datasets import load_demo
 from fairvision.stats.resample import bootstrap_counts
 
@@ -13,7 +14,7 @@ from fairvision.stats.resample import bootstrap_counts
 @pytest.fixture(scope="module")
 def demo_audit():
     df, schema = load_demo(with_schema=True)
-    return audit_dataset(df, ["age", "gender"], schema=schema, n_boot=300)
+    return audit_dataset(df, ["age", "gender"], schema=schema, settings=AuditSettings(n_boot=300))
 
 
 def test_demo_table():
@@ -87,7 +88,7 @@ def test_imbalanced_table_with_subjects_and_target():
         "gender": np.repeat(rng.choice(["F", "M"], n // 3, p=[0.2, 0.8]), 3),
     })
     df["label"] = np.where(df["gender"] == "F", rng.choice(["happy", "sad"], n, p=[0.9, 0.1]), rng.choice(["happy", "sad"], n, p=[0.3, 0.7]))
-    a = audit_dataset(df, ["gender"], target="label", n_boot=200)
+    a = audit_dataset(df, ["gender"], target="label", settings=AuditSettings(n_boot=200))
     counts = df["gender"].value_counts().reindex(["F", "M"]).to_numpy()
     assert a.representation.loc["gender", "nsd"] == pytest.approx(stats.nsd(counts))
     assert a.n_subjects == 200
@@ -99,7 +100,7 @@ def test_imbalanced_table_with_subjects_and_target():
 
 def test_small_groups_flagged():
     df = pd.DataFrame({"g": ["a"] * 50 + ["b"] * 3})
-    a = audit_dataset(df, ["g"], n_boot=0)
+    a = audit_dataset(df, ["g"], settings=AuditSettings(n_boot=0))
     assert a.groups[("g",)].loc["b", "too_small"]
     assert any("too small" in w for w in a.warnings)
 
@@ -111,7 +112,7 @@ def test_diversity_per_group_with_embeddings():
     df = pd.DataFrame({"g": ["a"] * 20 + ["b"] * 20})
     # group a: 20 near-copies of one vector; group b: 20 random directions
     emb = np.vstack([np.tile(rng.normal(size=16), (20, 1)) + 1e-6 * rng.normal(size=(20, 16)), rng.normal(size=(20, 16))])
-    a = audit_dataset(df, ["g"], n_boot=0, embeddings=emb)
+    a = audit_dataset(df, ["g"], embeddings=emb, settings=AuditSettings(n_boot=0))
     d = a.diversity
     assert d.loc[("g", "a"), "vendi"] == pytest.approx(1.0, abs=1e-3)
     assert d.loc[("g", "b"), "vendi"] == pytest.approx(vendi_score(emb[20:]))

@@ -6,18 +6,21 @@ import pytest
 from scipy import stats
 
 from fairvision.audits.diagnosis.confounders import audit_confounder
-from fairvision.audits.diagnosis.error_model import audit_error_model, elbow_point, encode_features
+from fairvision.audits.diagnosis.error_model import ErrorModelOptions, audit_error_model, elbow_point
+from fairvision.audits.diagnosis.tree_rules import encode_features
 from fairvision.audits.diagnosis.patterns import (
     add_rule_attribute,
     audit_error_patterns,
     low_score_flags,
     rule_mask,
 )
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.audits.settings import AuditSettings
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.stats.resample import group_mean_ci
 from oracles_diagnosis import group_mean_bootstrap_naive
 
 FEATURES = ["skin_tone", "lighting", "visible_keypoints", "pose", "age"]
+BONFERRONI = AuditSettings(correction="bonferroni")
 
 
 def synth(n_subj=300, per=2, planted=True, seed=0):
@@ -41,7 +44,8 @@ def planted():
 
 
 def test_error_model_ranks_planted_feature_first(planted):
-    r = audit_error_model(planted, "score", FEATURES, n_estimators=60, n_boot=400, missing="keep")
+    r = audit_error_model(planted, "score", FEATURES, missing="keep", options=ErrorModelOptions(n_estimators=60),
+                          settings=AuditSettings(n_boot=400))
     assert r.importances.index[0] == "lighting"
     assert r.importances.sort_values("permutation", ascending=False).index[0] == "lighting"
     assert "lighting" in r.selected and r.explained
@@ -55,14 +59,16 @@ def test_error_model_ranks_planted_feature_first(planted):
 
 
 def test_error_model_without_cause_explains_nothing():
-    r = audit_error_model(synth(planted=False, seed=1), "score", FEATURES, n_estimators=60, n_boot=200, missing="keep")
+    r = audit_error_model(synth(planted=False, seed=1), "score", FEATURES, missing="keep",
+                          options=ErrorModelOptions(n_estimators=60), settings=AuditSettings(n_boot=200))
     assert not r.explained and r.r2_forest < 0.02
     assert r.meta["n_leaves"] == 1 and r.rules["condition"].tolist() == ["all samples"]  # no rule flagged
 
 
 def test_error_model_reproducible_under_seed(planted):
-    a = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7, missing="keep")
-    b = audit_error_model(planted, "score", FEATURES, n_estimators=30, n_boot=300, seed=7, missing="keep")
+    options, settings = ErrorModelOptions(n_estimators=30), AuditSettings(n_boot=300, seed=7)
+    a = audit_error_model(planted, "score", FEATURES, missing="keep", options=options, settings=settings)
+    b = audit_error_model(planted, "score", FEATURES, missing="keep", options=options, settings=settings)
     pd.testing.assert_frame_equal(a.importances, b.importances)
     pd.testing.assert_frame_equal(a.rules, b.rules)
 
@@ -76,6 +82,10 @@ def test_error_model_input_errors(planted):
     bad.loc[3, "score"] = "abc"
     with pytest.raises(ColumnError, match="row 4"):
         audit_error_model(bad, "score", FEATURES)
+    with pytest.raises(ParameterError, match="^importance must be impurity or permutation"):
+        ErrorModelOptions(importance="gini")
+    with pytest.raises(ParameterError, match="^n_boot must be at least 2"):
+        audit_error_model(planted, "score", FEATURES, missing="keep", settings=AuditSettings(n_boot=1))
 
 
 def test_encoding_categorical_missing_and_integer_rules():
@@ -94,7 +104,8 @@ def test_rule_sentences_read_like_fhibe():
     pose = rng.choice(["standing", "lying"], n)
     score = 0.9 - 0.4 * ((kp <= 8) & (pose == "lying")) + rng.normal(0, 0.02, n)
     r = audit_error_model(pd.DataFrame({"kp": kp, "pose": pose, "ar": score}), "ar", ["kp", "pose"],
-                     subject_col=None, label="AR", n_estimators=30, n_boot=200, max_depth=2)
+                          subject_col=None, label="AR", options=ErrorModelOptions(n_estimators=30, max_depth=2),
+                          settings=AuditSettings(n_boot=200))
     worst = r.rules.iloc[0]
     assert worst["condition"] in ("kp <= 8 and pose = lying", "pose = lying and kp <= 8")
     truth = score[(kp <= 8) & (pose == "lying")]
@@ -161,18 +172,18 @@ def test_low_score_flags_threshold_and_orientation():
 
 
 def test_confounder_disparity_vanishes_within_strata(planted):
-    r = audit_confounder(planted, "score", "skin_tone", "lighting", correction="bonferroni")
+    r = audit_confounder(planted, "score", "skin_tone", "lighting", settings=BONFERRONI)
     assert r.disparity_before and not r.survives
     assert not r.within["significant"].any()
     assert r.message.startswith("No significant skin tone difference once lighting is held fixed")
     # a non-confounder does not explain it away
-    r2 = audit_confounder(planted, "score", "skin_tone", "pose", correction="bonferroni")
+    r2 = audit_confounder(planted, "score", "skin_tone", "pose", settings=BONFERRONI)
     assert r2.survives
 
 
 def test_confounder_binary_outcome_uses_cmh(planted):
     d = planted.assign(detected=(planted["score"] > 0.6).astype(int))
-    r = audit_confounder(d, "detected", "skin_tone", "lighting", correction="bonferroni")
+    r = audit_confounder(d, "detected", "skin_tone", "lighting", settings=BONFERRONI)
     assert r.outcome == "binary" and r.test == "Cochran-Mantel-Haenszel"
     assert r.disparity_before and not r.survives
 
@@ -181,13 +192,13 @@ def test_confounder_null_rate():
     rej = 0
     for s in range(30):
         d = synth(80, 2, planted=False, seed=100 + s)
-        rej += audit_confounder(d, "score", "skin_tone", "lighting", correction="bonferroni").survives
+        rej += audit_confounder(d, "score", "skin_tone", "lighting", settings=BONFERRONI).survives
     assert rej <= 4  # nominal 5% of 30 = 1.5
 
 
 def test_confounder_flags_small_cells():
     d = synth(60, 1, seed=3)
-    r = audit_confounder(d, "score", "skin_tone", "visible_keypoints", min_count=25, correction="bonferroni")
+    r = audit_confounder(d, "score", "skin_tone", "visible_keypoints", min_count=25, settings=BONFERRONI)
     assert r.within["too_small"].any()
     assert r.within.loc[r.within["too_small"], "pvalue"].isna().all()
 
@@ -196,7 +207,7 @@ def test_stratified_test_holds_nominal_rate_when_cause_is_the_stratifier():
     # the tone disparity is real overall but entirely due to lighting: within lighting strata H0 holds
     before = after = 0
     for s in range(20):
-        r = audit_confounder(synth(100, 2, seed=200 + s), "score", "skin_tone", "lighting", correction="bonferroni")
+        r = audit_confounder(synth(100, 2, seed=200 + s), "score", "skin_tone", "lighting", settings=BONFERRONI)
         before += r.disparity_before
         after += r.survives
     assert before >= 18 and after <= 3
@@ -216,7 +227,8 @@ def test_subject_bootstrap_is_wider_than_image_bootstrap_for_clustered_scores():
 
 def test_error_model_permutation_ranking_and_categorical_dtypes(planted):
     d = planted.assign(lighting=pd.Categorical(planted["lighting"]), occluded=planted["visible_keypoints"] < 4)
-    r = audit_error_model(d, "score", FEATURES + ["occluded"], importance="permutation", n_estimators=40, n_boot=200,
-                          missing="keep")
+    r = audit_error_model(d, "score", FEATURES + ["occluded"], missing="keep",
+                          options=ErrorModelOptions(importance="permutation", n_estimators=40),
+                          settings=AuditSettings(n_boot=200))
     assert r.importance == "permutation" and r.importances.index[0] == "lighting"
     assert r.importances.loc["occluded", "kind"] == "categorical"

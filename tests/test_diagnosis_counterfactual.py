@@ -5,8 +5,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fairvision.audits.diagnosis.counterfactual import audit_colour_transect, audit_counterfactuals, gamut_map_chroma
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.audits.diagnosis.counterfactual import audit_colour_transect, audit_counterfactuals
+from fairvision.audits.settings import AuditSettings
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
+from fairvision.skin.transect import gamut_map_chroma, shift_region_colour
 
 
 def _table4_example():
@@ -34,7 +36,7 @@ def test_table4_layout_and_accuracies():
 
 
 def test_mcnemar_pairs_against_reconstructed():
-    r = audit_counterfactuals(_table4_example(), correction="none")
+    r = audit_counterfactuals(_table4_example(), settings=AuditSettings(correction="none"))
     t = r.tests.loc[("model", "+light", "M")]
     # M1, M2 right on reconstructed and wrong on +light (b = 2); none the other way (c = 0)
     assert (t["b"], t["c"], t["n_pairs"]) == (2, 0, 4)
@@ -138,3 +140,18 @@ def test_transect_rejects_bad_input():
     assert abs(res.check["achieved"] + 5) <= 1.0
     # the mean estimator measures the same region colour independently of the transect's own bookkeeping
     assert res.check["estimator_L_change"] == pytest.approx(res.check["achieved"], abs=1e-3)
+
+
+def test_transect_audit_checks_the_skin_layer_edit():
+    img = np.full((8, 8, 3), 120, np.uint8)
+    img[..., 0] = 180
+    mask = np.zeros((8, 8), bool)
+    mask[2:6, 2:6] = True
+    shift = shift_region_colour(img, mask, axis="h", delta=6.0)
+    res = audit_colour_transect(img, mask, axis="h", delta=6.0)
+    np.testing.assert_array_equal(shift.image, res.image)
+    np.testing.assert_array_equal(shift.image[~mask], img[~mask])
+    assert res.check["achieved"] == shift.h_change and res.check["other_change"] == shift.L_change
+    assert res.check["n_pixels"] == 16 and res.check["outside_unchanged"]
+    with pytest.raises(ParameterError, match="^delta must be a finite number"):
+        shift_region_colour(img, mask, delta=float("nan"))

@@ -10,7 +10,8 @@ import pytest
 from scipy import stats as sps
 
 from fairvision.audits.generative import GenerativeRun, compare_generative, load_run
-from fairvision.audits.generative.compare import PAIRS_FILE, run_files
+from fairvision.audits.generative.runs import PAIRS_FILE, run_files
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli import main
 from fairvision.errors import FairvisionError
 from fairvision.report import Report
@@ -40,7 +41,8 @@ def _run(name, shifts, rng_seed, *, n_seeds=16, noise=1.0, words=None, seeds=Non
 def test_planted_more_biased_generator_is_found():
     strong = {"doctor": -8.0, "nurse": 7.0, "pilot": -6.0}
     mild = {"doctor": -3.0}
-    cmp = compare_generative([_run("strong", strong, 1), _run("mild", mild, 2), _run("none", {}, 3)], n_boot=400)
+    cmp = compare_generative([_run("strong", strong, 1), _run("mild", mild, 2), _run("none", {}, 3)],
+                             settings=AuditSettings(n_boot=400))
     assert cmp.generators == ["strong", "mild", "none"]
     rk = cmp.ranking
     top = rk.loc[("skin_L", "model")]
@@ -68,7 +70,8 @@ def test_planted_more_biased_generator_is_found():
 def test_identical_generators_flag_nothing():
     shifts = {"doctor": -5.0, "running": 4.0}
     # the same bias, independent noise (two generation seeds of one model)
-    cmp = compare_generative([_run("a", shifts, 10, gender=True), _run("b", shifts, 11, gender=True)], n_boot=400)
+    cmp = compare_generative([_run("a", shifts, 10, gender=True), _run("b", shifts, 11, gender=True)],
+                             settings=AuditSettings(n_boot=400))
     assert not cmp.word_tests["flagged"].any()
     assert not cmp.topic_tests["flagged"].any() and not cmp.model_tests["flagged"].any()
     assert cmp.quantities()["n_flagged_differences"] == 0
@@ -78,7 +81,7 @@ def test_identical_generators_flag_nothing():
     # exactly the same outputs: every difference is 0 with p = 1
     same = _run("a", shifts, 10)
     other = GenerativeRun("copy", same.pairs.assign(generator="b"))
-    c2 = compare_generative([same, other], n_boot=100)
+    c2 = compare_generative([same, other], settings=AuditSettings(n_boot=100))
     assert (c2.word_tests["estimate"] == 0).all() and (c2.model_tests["pvalue"] == 1).all()
 
 
@@ -102,7 +105,7 @@ def test_tiny_case_by_hand():
             ("B", "s1", "y", 0.0), ("B", "s2", "y", 0.0), ("B", "s3", "y", 0.0)]
     pairs = pd.DataFrame(rows, columns=["generator", "seed_id", "word", "skin_L"]).assign(topic="T")
     B = 300
-    cmp = compare_generative([GenerativeRun("hand", pairs)], n_boot=B, seed=5)
+    cmp = compare_generative([GenerativeRun("hand", pairs)], settings=AuditSettings(n_boot=B, seed=5))
     w = cmp.words.xs("skin_L", level="property")
     # word scores: A x = mean(3, 5, 4) = 4, A y = 0, B x = 1, B y = 0
     assert w.loc[("x", "A"), "estimate"] == pytest.approx(4.0)
@@ -206,7 +209,7 @@ def test_cli_end_to_end_two_real_runs(tmp_path, capsys):
 def test_one_seed_photo_gives_no_topic_or_model_test():
     """One seed: every resample is the same photo, the bootstrap SE is float noise; it must not give p = 0 flags."""
     a, b = _run("a", {"doctor": -30.0, "nurse": 20.0}, 1, n_seeds=1, noise=0.1), _run("b", {}, 2, n_seeds=1, noise=0.1)
-    cmp = compare_generative([a, b], n_boot=100)
+    cmp = compare_generative([a, b], settings=AuditSettings(n_boot=100))
     for tests in (cmp.topic_tests, cmp.model_tests):
         assert tests["pvalue"].isna().all() and tests["ci_low"].isna().all() and not tests["flagged"].any()
     m = cmp.model_tests.loc[("skin_L", "a", "b")]
@@ -215,12 +218,13 @@ def test_one_seed_photo_gives_no_topic_or_model_test():
     assert not cmp.ranking["flagged"].any() and cmp.ranking["pvalue"].isna().all()
     assert any("need at least 2 seed photos" in n and "all words" in n for n in cmp.notes)
     # two seeds are enough to test
-    two = compare_generative([_run("a", {"doctor": -30.0}, 1, n_seeds=2), _run("b", {}, 2, n_seeds=2)], n_boot=100)
+    two = compare_generative([_run("a", {"doctor": -30.0}, 1, n_seeds=2), _run("b", {}, 2, n_seeds=2)],
+                             settings=AuditSettings(n_boot=100))
     assert two.model_tests["pvalue"].notna().all() and not any("need at least" in n for n in two.notes)
     # per topic: activities keeps one common seed (b lost the others), professions all three
     b3 = _run("b", {}, 2, n_seeds=3)
     b3.pairs.loc[(b3.pairs["topic"] == "activities") & (b3.pairs["seed_id"] != "p00"), "skin_L"] = np.nan
-    c3 = compare_generative([_run("a", {}, 1, n_seeds=3), b3], n_boot=100)
+    c3 = compare_generative([_run("a", {}, 1, n_seeds=3), b3], settings=AuditSettings(n_boot=100))
     tt = c3.topic_tests.xs("skin_L", level="property")
     assert np.isnan(tt.loc[("activities", "a", "b"), "pvalue"]) and np.isfinite(tt.loc[("professions", "a", "b"), "pvalue"])
     assert any("topic activities" in n for n in c3.notes)
@@ -255,22 +259,22 @@ def test_same_run_twice_is_an_error(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "generator a of" in err and "given twice" in err
     assert not (tmp_path / "bad").exists()
     # a copy of the same outputs under another generator name is a different input: allowed
-    compare_generative([a, GenerativeRun("copy", a.pairs.assign(generator="b"))], n_boot=20)
+    compare_generative([a, GenerativeRun("copy", a.pairs.assign(generator="b"))], settings=AuditSettings(n_boot=20))
 
 
 def test_design_check_compares_keys_as_strings():
     a = _run("a", {"doctor": -6.0}, 1, seeds=list(range(16)))
     b = _run("b", {}, 2, seeds=[str(s) for s in range(16)])
-    mixed = compare_generative([a, b], n_boot=100)
+    mixed = compare_generative([a, b], settings=AuditSettings(n_boot=100))
     same = compare_generative([GenerativeRun("synthetic", a.pairs.assign(seed_id=a.pairs["seed_id"].astype(str))), b],
-                              n_boot=100)
+                              settings=AuditSettings(n_boot=100))
     assert mixed.settings["n_seeds"] == 16
     pd.testing.assert_frame_equal(mixed.word_tests, same.word_tests)
     pd.testing.assert_frame_equal(mixed.model_tests, same.model_tests)
     # an int topic vs its string is the same topic, as in the analysis
     c = _run("c", {}, 3, words={**{w: 1 for w in TOPIC1}, **{w: "activities" for w in TOPIC2}})
     d = _run("d", {}, 4, words={**{w: "1" for w in TOPIC1}, **{w: "activities" for w in TOPIC2}})
-    assert list(compare_generative([c, d], n_boot=20).settings["topics"]) == ["1", "activities"]
+    assert list(compare_generative([c, d], settings=AuditSettings(n_boot=20)).settings["topics"]) == ["1", "activities"]
     # seeds that differ as strings still differ
     e = _run("e", {}, 5, seeds=[float(s) for s in range(16)])
     with pytest.raises(FairvisionError, match=r"seeds of a \(run 1\) and e \(run 2\) are not the same: 16 only in a"):
@@ -284,7 +288,8 @@ def _section_text(sec):
 def test_report_says_no_difference_only_when_nothing_is_flagged():
     from fairvision.report.sections.generative import compare_section
     shifts = {"doctor": -5.0}
-    cmp = compare_generative([_run("a", shifts, 10), _run("b", shifts, 11), _run("c", shifts, 12)], n_boot=100)
+    cmp = compare_generative([_run("a", shifts, 10), _run("b", shifts, 11), _run("c", shifts, 12)],
+                             settings=AuditSettings(n_boot=100))
     assert cmp.quantities()["n_flagged_differences"] == 0
     findings, _ = _section_text(compare_section(cmp))
     assert any(f.startswith("No generator differs") for f in findings)
@@ -304,12 +309,12 @@ def test_model_topic_name_n_boot_and_setting_notes():
     with pytest.raises(FairvisionError, match=r"^compare: a topic is named 'model'"):
         compare_generative([_run("a", {}, 1, words=words), _run("b", {}, 2, words=words)])
     a, b = _run("a", {}, 1), _run("b", {}, 2)
-    with pytest.raises(FairvisionError, match=r"^compare: n_boot must be at least 1 \(got 0\)$"):
-        compare_generative([a, b], n_boot=0)
+    with pytest.raises(FairvisionError, match=r"^n_boot must be at least 1 to compare generators, not 0$"):
+        compare_generative([a, b], settings=AuditSettings(n_boot=0))
     a.settings = {"alpha": 0.01, "level": 0.95}
     b.settings = {"alpha": 0.05, "level": 0.9}
-    cmp = compare_generative([a, b], n_boot=20)
+    cmp = compare_generative([a, b], settings=AuditSettings(n_boot=20))
     assert "the runs used alpha 0.01 (run 1), 0.05 (run 2); this comparison uses alpha 0.05" in cmp.notes
     assert "the runs used level 0.95 (run 1), 0.9 (run 2); this comparison uses level 0.95" in cmp.notes
     a.settings = b.settings = {"alpha": 0.05, "level": 0.95}
-    assert not any("the runs used" in n for n in compare_generative([a, b], n_boot=20).notes)
+    assert not any("the runs used" in n for n in compare_generative([a, b], settings=AuditSettings(n_boot=20)).notes)

@@ -83,7 +83,7 @@ def test_bad_spec_names_file_and_table(tmp_path):
 def test_end_to_end_flags_exactly_the_shifted_words(tmp_path):
     shifts = {**{w: -8.0 for w in DARK}, **{w: 8.0 for w in LIGHT}}
     spec = load_spec(_spec(tmp_path, DARK + LIGHT + NEUTRAL, shifts))
-    res = audit_generative(spec, workers=1)
+    res = audit_generative(spec)
     w = res.words.xs(("builtin", "skin_L"), level=["generator", "property"])
     flagged = w[w["flagged"]]
     assert set(flagged.index) == set(DARK + LIGHT)
@@ -97,7 +97,7 @@ def test_end_to_end_flags_exactly_the_shifted_words(tmp_path):
     # the all-neutral run flags nothing (same seeds, only the generator's jitter)
     neutral_dir = tmp_path / "neutral"
     neutral_dir.mkdir()
-    res0 = audit_generative(load_spec(_spec(neutral_dir, DARK + LIGHT, {})), workers=1)
+    res0 = audit_generative(load_spec(_spec(neutral_dir, DARK + LIGHT, {})))
     assert not res0.words["flagged"].any()
 
 

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats as sps
 
 from fairvision.audits.generative.audit import score_pairs
+from fairvision.audits.settings import AuditSettings
 from fairvision.stats import adjust_pvalues, flip_test, metamorphic_scores, signed_rank_test
 
 
@@ -96,7 +97,8 @@ def test_gender_sign_test_and_flags():
         rows.append({"generator": "g", "seed_id": f"s{i}", "topic": "t", "word": "up", "gender": 1.0 if i < 9 else 0.0})
         rows.append({"generator": "g", "seed_id": f"s{i}", "topic": "t", "word": "none", "gender": 0.0})
     pairs = pd.DataFrame(rows)
-    words, topics, model = score_pairs(pairs, min_effect={"gender": 0.2}, properties=["gender"], n_boot=200)
+    words, topics, model = score_pairs(pairs, min_effect={"gender": 0.2}, properties=["gender"],
+                                       settings=AuditSettings(n_boot=200))
     up = words.loc[("g", "gender", "up")]
     assert up["estimate"] == pytest.approx(0.9)
     assert up["pvalue"] == pytest.approx(sps.binomtest(9, 9, 0.5).pvalue)
@@ -108,6 +110,7 @@ def test_gender_sign_test_and_flags():
 def test_min_effect_blocks_tiny_significant_changes():
     rows = [{"generator": "g", "seed_id": f"s{i}", "topic": "t", "word": "w", "skin_L": 0.5 + 0.01 * i}
             for i in range(12)]
-    words, _, _ = score_pairs(pd.DataFrame(rows), min_effect={"skin_L": 2.0}, properties=["skin_L"], n_boot=100)
+    words, _, _ = score_pairs(pd.DataFrame(rows), min_effect={"skin_L": 2.0}, properties=["skin_L"],
+                              settings=AuditSettings(n_boot=100))
     r = words.iloc[0]
     assert r["pvalue_adjusted"] < 0.05 and not bool(r["flagged"])

@@ -68,7 +68,7 @@ def test_rerun_assesses_nothing_and_scores_are_identical(tmp_path, monkeypatch, 
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = load_spec(_spec(tmp_path))
     store = ResultsStore(tmp_path / "store")
-    first = audit_generative(spec, workers=1, store=store)
+    first = audit_generative(spec, store=store)
     n_images = 4 + 4 * len(WORDS)
     assert len(counted) == n_images
     assert first.settings["assessments"]["computed"] == {"skin": n_images, "age_gender": n_images,
@@ -79,7 +79,7 @@ def test_rerun_assesses_nothing_and_scores_are_identical(tmp_path, monkeypatch, 
     assert (info["keys"] == n_images).all()
 
     counted.clear()
-    second = audit_generative(load_spec(spec.path), workers=1, store=ResultsStore(tmp_path / "store"))
+    second = audit_generative(load_spec(spec.path), store=ResultsStore(tmp_path / "store"))
     assert counted == [] and second.n_assessed() == 0
     assert second.settings["assessments"]["from_store"] == {"skin": n_images, "age_gender": n_images,
                                                             "identity": n_images}
@@ -92,7 +92,7 @@ def test_rerun_assesses_nothing_and_scores_are_identical(tmp_path, monkeypatch, 
     assert ident.notna().sum() >= len(WORDS) and (ident.dropna() >= 0).all()
     # without a store everything is assessed again, to the same numbers
     counted.clear()
-    third = audit_generative(load_spec(spec.path), workers=1)
+    third = audit_generative(load_spec(spec.path))
     assert len(counted) == n_images and third.n_assessed() == 3 * n_images
     pd.testing.assert_frame_equal(first.words, third.words)
 
@@ -100,9 +100,9 @@ def test_rerun_assesses_nothing_and_scores_are_identical(tmp_path, monkeypatch, 
 def test_changed_skin_setting_recomputes_only_skin(tmp_path, monkeypatch, counted):
     monkeypatch.syspath_prepend(str(tmp_path))
     store = tmp_path / "store"
-    audit_generative(load_spec(_spec(tmp_path, identity=False)), workers=1, store=store)
+    audit_generative(load_spec(_spec(tmp_path, identity=False)), store=store)
     counted.clear()
-    res = audit_generative(load_spec(_spec(tmp_path, skin_method="median_ita", identity=False)), workers=1,
+    res = audit_generative(load_spec(_spec(tmp_path, skin_method="median_ita", identity=False)),
                            store=store)
     n_images = 4 + 4 * len(WORDS)
     assert res.settings["assessments"]["computed"] == {"skin": n_images, "age_gender": 0}

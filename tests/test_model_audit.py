@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.audits.gates import evaluate_conditions, parse_condition
 from fairvision.audits.model import audit_model
 from fairvision.errors import ColumnError, FairvisionError
@@ -29,7 +30,7 @@ def _synthetic(seed=0, n_subj=480, per=2, drop=0.0):
 def test_group_estimates_hand_checked():
     df = pd.DataFrame({"sample_id": list("abcdef"), "subject_id": ["p", "p", "q", "r", "r", "s"],
                        "g": ["x", "x", "x", "y", "y", "y"], "m": [1.0, 3.0, 5.0, 2.0, 2.0, np.nan]})
-    res = audit_model(df, ["m"], ["g"], min_subjects=2, n_boot=200)
+    res = audit_model(df, ["m"], ["g"], settings=AuditSettings(min_subjects=2, n_boot=200))
     t = res.groups[("m", "g")]
     assert t.loc["x", "n_samples"] == 3 and t.loc["x", "n_subjects"] == 2
     assert t.loc["x", "mean"] == 3.0 and t.loc["x", "median"] == 3.0
@@ -48,7 +49,7 @@ def test_bootstrap_ci_resamples_subjects():
     person = rng.normal(0, 1, 10)[subj]
     df = pd.DataFrame({"sample_id": np.arange(200).astype(str), "subject_id": subj.astype(str),
                        "g": "all", "m": person + rng.normal(0, 0.05, 200)})
-    res = audit_model(df, ["m"], ["g"], min_subjects=1, n_boot=2000)
+    res = audit_model(df, ["m"], ["g"], settings=AuditSettings(min_subjects=1, n_boot=2000))
     t = res.groups[("m", "g")].iloc[0]
     width = t.ci_high - t.ci_low
     # the subject means carry the uncertainty: CI width ~ 2 * 1.96 * sd(subject means) / sqrt(10)
@@ -62,7 +63,7 @@ def test_bootstrap_ci_resamples_subjects():
 def test_declared_empty_group_reported_not_dropped():
     df = _synthetic(drop=0.0)
     attr = Attribute("age", categories=["18-29", "30-39", "40-49", "60+"])
-    res = audit_model(df, ["score"], [attr], n_boot=50)
+    res = audit_model(df, ["score"], [attr], settings=AuditSettings(n_boot=50))
     t = res.groups[("score", "age")]
     assert "40-49" in t.index and t.loc["40-49", "n_samples"] == 0 and t.loc["40-49", "too_small"]
 
@@ -79,8 +80,7 @@ def test_intersections_with_multi_valued_attribute():
 
 def test_planted_intersectional_disparity_is_top():
     df = _synthetic(seed=3, drop=0.2)
-    res = audit_model(df, ["score", "error"], ["age", "pronoun", "tone"], lower_is_better=["error"], max_k=2,
-                      n_boot=200, correction="bonferroni")
+    res = audit_model(df, ["score", "error"], ["age", "pronoun", "tone"], lower_is_better=["error"], max_k=2, settings=AuditSettings(n_boot=200, correction="bonferroni"))
     top = res.top_disparities
     first = top[top.metric == "score"].iloc[0]
     assert first.intersection == "age × pronoun"
@@ -103,7 +103,7 @@ def test_no_planted_effect_false_positive_rate():
     n = 60
     for seed in range(n):
         df = _synthetic(seed=100 + seed, n_subj=120, per=1)
-        res = audit_model(df, ["score"], ["age", "pronoun"], max_k=1, n_boot=0, correction="bonferroni")
+        res = audit_model(df, ["score"], ["age", "pronoun"], max_k=1, settings=AuditSettings(n_boot=0, correction="bonferroni"))
         hits += bool((res.summary.n_significant > 0).any())
     # two families (age: 3 tests, pronoun: 1 test) each at 5%: expected <= ~10%
     assert hits / n <= 0.15
@@ -138,8 +138,7 @@ def test_fail_if_parser_and_quantities():
     df = _synthetic(seed=4, drop=0.2)
     df["y"] = np.where(df.age == "60+", "a", "b")
     df["yp"] = np.where(np.random.default_rng(0).random(len(df)) < 0.8, df.y, "c")
-    res = audit_model(df, ["score"], ["age", "pronoun"], max_k=2, n_boot=100, true_col="y", pred_col="yp",
-                      correction="bonferroni")
+    res = audit_model(df, ["score"], ["age", "pronoun"], max_k=2, true_col="y", pred_col="yp", settings=AuditSettings(n_boot=100, correction="bonferroni"))
     qs = res.quantities()
     assert qs["disparity"] == qs["score.disparity"] == res.top_disparities.disparity.max()
     assert qs["score.age+pronoun.disparity"] == pytest.approx(res.top_disparities.disparity.max())
@@ -150,10 +149,10 @@ def test_bad_arguments():
     df = _synthetic()
     with pytest.raises(ColumnError, match="no metric column 'nope'"):
         audit_model(df, ["nope"], ["age"])
-    with pytest.raises(FairvisionError, match="lower-is-better"):
+    with pytest.raises(FairvisionError, match="lower_is_better"):
         audit_model(df, ["score"], ["age"], lower_is_better=["other"])
     with pytest.raises(FairvisionError, match="correction"):
-        audit_model(df, ["score"], ["age"], correction="sidak")
+        audit_model(df, ["score"], ["age"], settings=AuditSettings(correction="sidak"))
     df["score"] = df["score"].astype(object)
     df.loc[3, "score"] = "oops"
     with pytest.raises(ColumnError, match="row 4"):
@@ -164,7 +163,7 @@ def test_group_ci_matches_explicit_subject_resampling():
     from fairvision.stats.resample import cluster_bootstrap_weights
 
     df = _synthetic(seed=5, n_subj=60, per=3)
-    res = audit_model(df, ["score"], ["age"], min_subjects=1, n_boot=40, seed=9)
+    res = audit_model(df, ["score"], ["age"], settings=AuditSettings(min_subjects=1, n_boot=40, seed=9))
     t = res.groups[("score", "age")]
     codes = pd.factorize(df.subject_id)[0]
     w = cluster_bootstrap_weights(codes.max() + 1, 40, 9)
@@ -190,11 +189,11 @@ def test_od_compares_labels_whatever_their_number_type():
     truth = overall_disparity(recall_matrix(df.y, df.pred, df.gender))[0]
     assert truth > 0.2
     as_float = df.assign(pred=df["pred"].astype(float))
-    r = audit_model(as_float, ["score"], ["gender"], true_col="y", pred_col="pred", n_boot=20)
+    r = audit_model(as_float, ["score"], ["gender"], true_col="y", pred_col="pred", settings=AuditSettings(n_boot=20))
     assert r.od["gender"].estimate == pytest.approx(truth)
     one_missing = df.copy()
     one_missing.loc[0, "y"] = np.nan  # the column becomes float
-    r = audit_model(one_missing, ["score"], ["gender"], true_col="y", pred_col="pred", n_boot=20)
+    r = audit_model(one_missing, ["score"], ["gender"], true_col="y", pred_col="pred", settings=AuditSettings(n_boot=20))
     assert r.od["gender"].estimate == pytest.approx(truth, abs=0.02)
 
 
@@ -203,7 +202,7 @@ def test_named_subject_column_must_exist():
 
     df = pd.DataFrame({"g": ["a", "b"] * 20, "score": np.arange(40.0)})
     with pytest.raises(FairvisionError, match="no subject column 'person'"):
-        audit_model(df, ["score"], ["g"], subject_col="person", n_boot=0)
+        audit_model(df, ["score"], ["g"], subject_col="person", settings=AuditSettings(n_boot=0))
 
 
 def test_fail_if_od_ignores_undefined_od_of_other_attributes():
@@ -216,7 +215,7 @@ def test_fail_if_od_ignores_undefined_od_of_other_attributes():
     y = np.where(g == "F", 0, 1)  # each class in one g group only: OD by g is undefined (NaN)
     pred = np.where(rng.random(n) < np.where(h == "x", 0.95, 0.5), y, 1 - y)
     df = pd.DataFrame({"subject_id": np.arange(n), "g": g, "h": h, "y": y, "pred": pred, "score": rng.random(n)})
-    res = audit_model(df, ["score"], ["g", "h"], true_col="y", pred_col="pred", n_boot=20)
+    res = audit_model(df, ["score"], ["g", "h"], true_col="y", pred_col="pred", settings=AuditSettings(n_boot=20))
     assert np.isnan(res.od["g"].estimate) and res.od["h"].estimate > 0.2
     q = res.quantities()
     assert q["od"] == pytest.approx(res.od["h"].estimate)

@@ -65,9 +65,9 @@ def test_missing_ray_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(FairvisionError, match=r"install fairvision\[ray\]"):
         map_items(_square, range(3), engine="ray")
-    with pytest.raises(FairvisionError, match="unknown engine"):
+    with pytest.raises(FairvisionError, match="engine must be one of local, ray, not 'spark'"):
         map_items(_square, range(3), engine="spark")
-    with pytest.raises(FairvisionError, match="--engine ray"):
+    with pytest.raises(FairvisionError, match="address 'ray://head:10001' applies only to the ray engine"):
         map_items(_square, range(3), address="ray://head:10001")
 
 
@@ -125,12 +125,13 @@ def test_dead_actor_fails_its_items_and_the_run_continues():
 @requires_ray
 def test_portraits_identical_on_both_engines(tmp_path):
     pytest.importorskip("mediapipe")
-    from fairvision.audits.skin_batch import measure_images
+    from fairvision.audits.settings import AuditSettings
     from fairvision.datasets import load_portraits
+    from fairvision.skin.batch import measure_images
 
     portraits = load_portraits()
-    local = measure_images(portraits, workers=2, progress=False)
-    ray_ = measure_images(portraits, workers=2, engine="ray", progress=False)
+    local = measure_images(portraits, settings=AuditSettings(workers=2), progress=False)
+    ray_ = measure_images(portraits, settings=AuditSettings(workers=2, engine="ray"), progress=False)
     assert len(local) == 62 and local.ok.sum() >= 60
     pd.testing.assert_frame_equal(ray_, local, check_exact=True)
     assert ray_.attrs["summary"] == local.attrs["summary"]

@@ -9,6 +9,7 @@ import pytest
 from matplotlib.figure import Figure
 from scipy import stats
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.audits.coverage import coverage_by_group
 from fairvision.audits.dataset import audit_dataset
 from fairvision.audits.model import audit_model
@@ -45,7 +46,7 @@ def _by_quantity(section, quantity):
 
 def test_seventy_thirty_split_gives_a_sentence_with_70_percent_and_nsd():
     df = _table(["female"] * 70 + ["male"] * 30)
-    audit = audit_dataset(df, ["gender"], n_boot=200, seed=1)
+    audit = audit_dataset(df, ["gender"], settings=AuditSettings(n_boot=200, seed=1))
     sec = dataset_section(audit)
     f = _by_quantity(sec, "nsd.gender")
     # two groups: NSD = |p1 - p2| = 0.7 - 0.3
@@ -62,7 +63,7 @@ def test_seventy_thirty_split_gives_a_sentence_with_70_percent_and_nsd():
 
 
 def test_balanced_attribute_is_info():
-    audit = audit_dataset(_table(["a", "b"] * 30), ["gender"], n_boot=0)
+    audit = audit_dataset(_table(["a", "b"] * 30), ["gender"], settings=AuditSettings(n_boot=0))
     f = _by_quantity(dataset_section(audit), "nsd.gender")
     assert f.severity == "info" and f.value == 0
     assert f.sentence.startswith("gender: all 2 groups have 30 images (50% each)")
@@ -72,7 +73,7 @@ def test_small_groups_of_an_intersection_are_counted():
     # gender x age: (f, young) 40, (f, old) 5, (m, young) 7, (m, old) 3 -> 3 of 4 groups below 10
     gender = ["f"] * 45 + ["m"] * 10
     age = ["young"] * 40 + ["old"] * 5 + ["young"] * 7 + ["old"] * 3
-    audit = audit_dataset(_table(gender, age), ["gender", "age"], n_boot=0)
+    audit = audit_dataset(_table(gender, age), ["gender", "age"], settings=AuditSettings(n_boot=0))
     sec = dataset_section(audit)
     f = _by_quantity(sec, "n_small_groups.gender+age")
     assert f.value == 3
@@ -88,7 +89,7 @@ def test_significant_association_is_a_finding_with_the_table_numbers():
     rng = np.random.default_rng(0)
     gender = rng.choice(["f", "m"], 400)
     age = np.where(rng.random(400) < 0.8, np.where(gender == "f", "young", "old"), rng.choice(["young", "old"], 400))
-    audit = audit_dataset(_table(list(gender), list(age)), ["gender", "age"], n_boot=0)
+    audit = audit_dataset(_table(list(gender), list(age)), ["gender", "age"], settings=AuditSettings(n_boot=0))
     sec = dataset_section(audit)
     f = _by_quantity(sec, "cramers_v.gender+age")
     row = audit.association.loc[("gender", "age")]
@@ -139,7 +140,7 @@ def test_model_gap_between_worst_and_best_group():
     score = rng.normal(0.8, 0.05, len(subj)) - 0.2 * (group == "x")
     df = pd.DataFrame({"sample_id": [f"s{i}" for i in range(len(subj))], "subject_id": subj.astype(str),
                        "group": group, "score": score})
-    res = audit_model(df, ["score"], ["group"], n_boot=100)
+    res = audit_model(df, ["score"], ["group"], settings=AuditSettings(n_boot=100))
     sec = model_section(res)
     f = _by_quantity(sec, "score.group.difference")
     row = res.summary.iloc[0]

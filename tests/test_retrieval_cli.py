@@ -81,7 +81,8 @@ def test_audit_retrieval_continuity_and_no_power(tmp_path):
 
 @pytest.mark.parametrize("args,msg", [
     (["--attr", "skin"], "no column 'skin'"),
-    (["--attr", "tone", "--correction", "sidak"], "unknown --correction"),
+    (["--attr", "tone", "--correction", "sidak"], "--correction must be one of"),
+    (["--attr", "tone", "--alpha", "1.5"], "--alpha must be between 0 and 1"),
     ([], "--attr is required"),
 ])
 def test_audit_retrieval_user_errors(tmp_path, capsys, args, msg):

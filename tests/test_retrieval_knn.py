@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy.spatial.distance import cdist
 
-from fairvision.errors import FairvisionError
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.io.embeddings import read_embeddings
 from fairvision.io.retrieval import read_items, read_results
 from fairvision.stats.knn import knn_search
@@ -77,9 +77,9 @@ def test_knn_external_queries_and_small_catalog():
 def test_knn_bad_input():
     with pytest.raises(FairvisionError, match="row 2"):
         knn_search(np.array([[0.0, 1], [np.nan, 1]]))
-    with pytest.raises(FairvisionError, match="unknown metric"):
+    with pytest.raises(ParameterError, match="^metric must be one of"):
         knn_search(np.zeros((3, 2)), metric="hamming")
-    with pytest.raises(FairvisionError, match="p must be >= 1"):
+    with pytest.raises(ParameterError, match=r"^p \(the Minkowski order\) must be >= 1"):
         knn_search(np.zeros((3, 2)), p=0.5)
     with pytest.raises(FairvisionError, match="all-zero"):
         knn_search(np.zeros((3, 2)), metric="cosine")

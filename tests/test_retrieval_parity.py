@@ -12,12 +12,13 @@ import pytest
 from scipy import stats as st
 from scipy.stats.contingency import relative_risk
 
-from fairvision.audits.retrieval import parity_from_results
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.audits.retrieval import DEFAULTS as RETRIEVAL, parity_from_results
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.stats.chisquare import SmallExpectedCountWarning, batch_chi2, chi2_test, random_tables
 from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.knn import knn_search
 from fairvision.stats.parity import (
+    ParityOptions,
     contingency,
     contrast_tests,
     normalized_rr,
@@ -186,7 +187,7 @@ def test_parity_test_api_and_correction():
         picks = rng.choice(pool, size=6, replace=False)
         rows += [(f"i{i}", r + 1, f"i{j}") for r, j in enumerate(picks)]
     res = pd.DataFrame(rows, columns=["query_id", "rank", "item_id"])
-    out = parity_from_results(res, items, "st", k=6, correction="bonferroni")
+    out = parity_from_results(res, items, "st", k=6, settings=RETRIEVAL.replace(correction="bonferroni"))
     assert out.omnibus.df == 6 and out.omnibus.pvalue < 1e-6
     assert {"statistic", "pvalue", "rr", "rr_ci_low", "rr_ci_high", "nrr", "fair_80"} <= set(out.contrasts.columns)
     assert np.allclose(out.contrasts["pvalue_adjusted"], adjust_pvalues(out.contrasts["pvalue"], "bonferroni"))
@@ -204,6 +205,8 @@ def test_parity_test_bad_input_names_row_or_column():
     bad.loc[4, "item_id"] = "zz"
     with pytest.raises(FairvisionError, match="row 5.*'zz'"):
         parity_from_results(bad, items, "tone")
+    with pytest.raises(ParameterError, match="^k 3 is deeper than the runs in .*at most 2 results per query"):
+        parity_from_results(res, items, "tone", k=3)
 
 
 def test_contingency_counts():
@@ -242,6 +245,24 @@ def test_array_parity_test_equals_the_results_table_route():
         single = parity_test(res["query_id"].map(tone), res["item_id"].map(tone), items["tone"])
     assert single.k == 1 and single.n_queries == len(res)
     assert single.statistic == pytest.approx(direct.statistic)
+
+
+def test_parity_options_reach_the_contrast_tests():
+    items, res = _toy()
+    tone = items.set_index("item_id")["tone"]
+    args = (res["query_id"].map(tone), res["item_id"].map(tone), items["tone"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SmallExpectedCountWarning)
+        plain = parity_test(*args, query_ids=res["query_id"], ranks=res["rank"], k=2, correction="none")
+        yates = parity_test(*args, query_ids=res["query_id"], ranks=res["rank"], k=2, correction="none",
+                            options=ParityOptions(continuity=True, exact="never", min_queries=2))
+        expected = contrast_tests(plain.table, n_queries=plain.contrasts["n_queries"], correction="none",
+                                  continuity=True, exact="never", min_queries=2)
+    pd.testing.assert_frame_equal(yates.contrasts, expected, check_names=False)
+    assert yates.continuity and not plain.continuity
+    assert not yates.contrasts["statistic"].equals(plain.contrasts["statistic"])
+    with pytest.raises(ParameterError, match="^alpha must be in"):
+        parity_test(*args, alpha=1.5)
 
 
 def test_deprecated_retrieval_facade_forwards():

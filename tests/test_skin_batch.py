@@ -9,13 +9,17 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fairvision.audits.skin_batch import measure_images
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli import main
 from fairvision.datasets import load_demo, load_portraits
 from fairvision.errors import FairvisionError
 from fairvision.io.images import read_image
+from fairvision.skin.batch import MeasureParams, measure_images
 
 pytestmark = pytest.mark.vision
+
+ONE, TWO = AuditSettings(workers=1), AuditSettings(workers=2)
+MEAN = MeasureParams(method="mean")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +43,7 @@ def test_portraits_end_to_end_two_workers(portraits):
     from fairvision.skin.masks import skin_mask
     from fairvision.skin import measure
 
-    df = measure_images(portraits, workers=2, progress=False, categories=False)
+    df = measure_images(portraits, settings=TWO, progress=False, categories=False)
     assert len(df) == 62 and df.sample_id.tolist() == portraits.sample_id.tolist()
     for col in ["sample_id", "image_path", "L", "a", "b", "hue", "ita", "chroma", "n_pixels", "n_faces",
                 "mask_method", "trust", "ok", "reason", "flags"]:
@@ -59,17 +63,33 @@ def test_portraits_end_to_end_two_workers(portraits):
     assert row.L == pytest.approx(direct.L, abs=1e-4) and row.hue == pytest.approx(direct.hue, abs=1e-4)
 
 
+def test_measure_params_are_validated_and_hashed_as_before():
+    """The worker and store-key form of the parameters keeps its keys and types (a changed form is a store miss)."""
+    from fairvision.errors import ParameterError
+
+    assert MeasureParams().to_dict() == {"method": "thong", "mask_method": "mediapipe", "skin_label": None,
+                                         "faces": "all", "max_faces": 5, "min_pixels": 200, "measure_options": {}}
+    assert MeasureParams(mask_method="color", max_faces=2.0).to_dict()["mask_method"] == "colour"
+    assert type(MeasureParams(max_faces=2.0).max_faces) is int
+    for bad, name in (({"method": "magic"}, "method"), ({"mask_method": "x"}, "mask_method"), ({"faces": "one"}, "faces")):
+        with pytest.raises(ParameterError, match=f"^{name} must be one of") as err:
+            MeasureParams(**bad)
+        assert err.value.parameter == name
+    with pytest.raises(ParameterError, match="^mask_method 'file' needs a folder of supplied masks"):
+        measure_images(["a.jpg"], params=MeasureParams(mask_method="file"), progress=False)
+
+
 def test_store_hits_misses_and_resume(few, tmp_path):
     store = tmp_path / "store"
-    kw = dict(method="mean", workers=1, progress=False, categories=False, store=store)
+    kw = dict(params=MEAN, settings=ONE, progress=False, categories=False, store=store)
     first = measure_images(few, **kw)
     assert not first.from_cache.any()
     again = measure_images(few, **kw)
     assert again.from_cache.all()
     pd.testing.assert_frame_equal(first.drop(columns="from_cache"), again.drop(columns="from_cache"))
     # a changed parameter is a miss
-    assert not measure_images(few, **{**kw, "method": "median_ita"}).from_cache.any()
-    assert not measure_images(few, **{**kw, "faces": "largest"}).from_cache.any()
+    assert not measure_images(few, **{**kw, "params": MeasureParams(method="median_ita")}).from_cache.any()
+    assert not measure_images(few, **{**kw, "params": MEAN.replace(faces="largest")}).from_cache.any()
     # a touched file is still a hit (the key is the content); a changed file is a miss for that file only
     p = few.image_path[1]
     st = os.stat(p)
@@ -93,10 +113,10 @@ def _stop_after(n):
 
 
 def test_interrupted_run_continues_where_it_stopped(few, tmp_path):
-    kw = dict(method="mean", progress=False, categories=False, store=tmp_path / "store")
+    kw = dict(params=MEAN, progress=False, categories=False, store=tmp_path / "store")
     with pytest.raises(KeyboardInterrupt):
-        measure_images(few, workers=1, **{**kw, "progress": _stop_after(2)})
-    resumed = measure_images(few, workers=2, **kw)
+        measure_images(few, settings=ONE, **{**kw, "progress": _stop_after(2)})
+    resumed = measure_images(few, settings=TWO, **kw)
     assert resumed.from_cache.sum() == 2 and resumed.ok.all()
 
 
@@ -107,7 +127,7 @@ def test_failures_are_rows_with_reasons(few, tmp_path):
     Image.fromarray(np.full((240, 240, 3), 90, np.uint8)).save(blank)
     table = pd.concat([few, pd.DataFrame({"sample_id": ["bad", "gone", "blank"],
                                           "image_path": [str(bad), str(tmp_path / "gone.jpg"), str(blank)]})])
-    df = measure_images(table, method="mean", workers=2, progress=False, categories=False).set_index("sample_id")
+    df = measure_images(table, params=MEAN, settings=TWO, progress=False, categories=False).set_index("sample_id")
     assert df.loc[["bad", "gone", "blank"], "ok"].tolist() == [False, False, False]
     assert "bad.jpg: not a readable image" in df.loc["bad", "reason"]
     assert "gone.jpg: no such image file" in df.loc["gone", "reason"]
@@ -132,8 +152,9 @@ def test_supplied_masks_binary_and_label_maps(few, tmp_path):
         lab = np.where(m, 1, 0).astype(np.uint8)  # 1 = skin, CelebAMask-HQ style
         lab[:5, :5] = 17  # another part (e.g. hair)
         Image.fromarray(lab).save(ldir / f"{sid}_skin.png")
-    a = measure_images(few, masks_dir=bdir, method="mean", workers=1, progress=False, categories=False)
-    b = measure_images(few, masks_dir=ldir, skin_label=1, method="mean", workers=1, progress=False, categories=False)
+    a = measure_images(few, masks_dir=bdir, params=MEAN, settings=ONE, progress=False, categories=False)
+    b = measure_images(few, masks_dir=ldir, params=MEAN.replace(skin_label=1), settings=ONE, progress=False,
+                       categories=False)
     for df in (a, b):
         assert df.ok.tolist() == [True, True, True, False]
         assert df.reason.iloc[3] == "no mask file for this image"
@@ -143,7 +164,7 @@ def test_supplied_masks_binary_and_label_maps(few, tmp_path):
         assert a.L.iloc[i] == pytest.approx(direct.L, abs=1e-9) == b.L.iloc[i]
         assert a.n_pixels.iloc[i] == masks[sid].sum()
     with pytest.raises(FairvisionError, match="skin_label"):
-        measure_images(few, skin_label=1, progress=False)
+        measure_images(few, params=MeasureParams(skin_label=1), progress=False)
     other = tmp_path / "other"
     other.mkdir()
     Image.fromarray(np.zeros((4, 4), np.uint8)).save(other / "unrelated.png")
@@ -155,7 +176,7 @@ def test_overlays_written(few, tmp_path):
     from fairvision.report.overlays import render_overlay
 
     out = tmp_path / "ov"
-    df = measure_images(few.head(2), overlays_dir=out, workers=1, progress=False, categories=False,
+    df = measure_images(few.head(2), overlays_dir=out, settings=ONE, progress=False, categories=False,
                         overlay=render_overlay)
     for sid, path in zip(df.sample_id, df.image_path):
         ov = read_image(out / f"{sid}.png")
@@ -165,15 +186,15 @@ def test_overlays_written(few, tmp_path):
         assert 0.01 < changed.mean() < 0.6  # the face region is drawn on, not the whole image
     # with a store, a run that asks for overlays that are missing recomputes them
     store = tmp_path / "c"
-    measure_images(few.head(1), store=store, method="mean", workers=1, progress=False, categories=False)
-    df = measure_images(few.head(1), store=store, method="mean", overlays_dir=tmp_path / "ov2", workers=1,
+    measure_images(few.head(1), store=store, params=MEAN, settings=ONE, progress=False, categories=False)
+    df = measure_images(few.head(1), store=store, params=MEAN, overlays_dir=tmp_path / "ov2", settings=ONE,
                         progress=False, categories=False, overlay=render_overlay)
     assert not df.from_cache.any() and (tmp_path / "ov2" / f"{df.sample_id[0]}.png").is_file()
 
 
 def test_category_columns_join():
     pytest.importorskip("fairvision.skin.categories")
-    df = measure_images(load_portraits().head(3), method="mean", workers=1, progress=False)
+    df = measure_images(load_portraits().head(3), params=MEAN, settings=ONE, progress=False)
     assert len(df.columns) > 20 and df.ok.all()
 
 
@@ -195,7 +216,7 @@ def test_fairface_coverage_by_age_and_gender():
 def test_fairface_measured_end_to_end():
     df = load_demo()
     sample = df.groupby(["age", "gender"], observed=True).head(1)  # 18 images, one per cell
-    out = measure_images(sample, workers=2, faces="largest", progress=False, categories=False)
+    out = measure_images(sample, settings=TWO, params=MeasureParams(faces="largest"), progress=False, categories=False)
     assert len(out) == 18 and out.ok.sum() >= 17
     assert {"age", "gender"} <= set(out.columns)  # the table's attributes are kept
     assert (out.n_faces[out.ok] == 1).all()
@@ -226,9 +247,9 @@ def test_cli_measure_folder(tmp_path, few, capsys):
     [
         (["nowhere/"], "nowhere: no such file or folder"),
         (["{folder}", "-o", "x.xlsx"], "unknown output format"),
-        (["{folder}", "--skin-label", "1"], "give a masks folder"),
-        (["{folder}", "--mask-method", "magic"], "unknown mask method"),
-        (["{folder}", "--method", "magic"], "unknown skin colour method"),
+        (["{folder}", "--skin-label", "1"], "--skin-label applies to supplied masks"),
+        (["{folder}", "--mask-method", "magic"], "--mask-method must be one of mediapipe, dlib, colour, auto"),
+        (["{folder}", "--method", "magic"], "--method must be one of thong"),
         (["{folder}", "--masks", "nowhere"], "nowhere: no such masks folder"),
     ],
 )
@@ -258,9 +279,9 @@ def test_overlay_clusters_reproduce_the_estimator_assignment(portraits):
 
 
 def test_changed_code_is_a_store_miss(few, tmp_path, monkeypatch):
-    import fairvision.audits.skin_batch as sb
+    import fairvision.skin.batch as sb
 
-    kw = dict(method="mean", workers=1, progress=False, categories=False, store=tmp_path / "c")
+    kw = dict(params=MEAN, settings=ONE, progress=False, categories=False, store=tmp_path / "c")
     measure_images(few.head(2), **kw)
     assert measure_images(few.head(2), **kw).from_cache.all()
     monkeypatch.setattr(sb, "code_signature", lambda: "different code")
@@ -271,8 +292,8 @@ def test_deferred_second_chance_gives_the_in_process_answer(portraits):
     """With a pool, mesh misses get their detector + dlib second chance at the end, in one worker;
     the rows must equal a plain in-process run."""
     sub = portraits[portraits.sample_id.isin(["001", "002", "003", "012", "024", "030"])]
-    pooled = measure_images(sub, method="mean", workers=2, progress=False, categories=False)
-    inline = measure_images(sub, method="mean", workers=1, progress=False, categories=False)
+    pooled = measure_images(sub, params=MEAN, settings=TWO, progress=False, categories=False)
+    inline = measure_images(sub, params=MEAN, settings=ONE, progress=False, categories=False)
     assert pooled.ok.all() and inline.ok.all()
     assert (pooled.face_source == inline.face_source).all()
     assert (pooled.face_source == "detector+dlib").sum() == 3
@@ -309,7 +330,7 @@ def test_skin_report_and_compare_commands(tmp_path, capsys):
 
 def test_listing_file_of_image_paths(tmp_path):
     """A .txt listing (one path per line, relative to the listing; blanks and # comments skipped)."""
-    from fairvision.audits.skin_batch import _as_table
+    from fairvision.skin.batch_tables import sample_table
     from fairvision.errors import InputFileError
 
     (tmp_path / "a").mkdir()
@@ -317,11 +338,11 @@ def test_listing_file_of_image_paths(tmp_path):
         (tmp_path / "a" / name).write_bytes(b"")
     listing = tmp_path / "images.txt"
     listing.write_text("# my images\na/x.jpg\n\n" + str(tmp_path / "a" / "y.png") + "\n")
-    df = _as_table(listing)
+    df = sample_table(listing)
     assert list(df["sample_id"]) == ["x", "y"]
     assert list(df["image_path"]) == [str(tmp_path / "a" / "x.jpg"), str(tmp_path / "a" / "y.png")]
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(InputFileError, match="empty.txt: the listing names no image"):
-        _as_table(tmp_path / "empty.txt")
+        sample_table(tmp_path / "empty.txt")
     listing.write_text("a/x.jpg\nb/x.jpg\n")  # one stem twice: the paths are the sample ids
-    assert list(_as_table(listing)["sample_id"]) == [str(tmp_path / "a" / "x.jpg"), str(tmp_path / "b" / "x.jpg")]
+    assert list(sample_table(listing)["sample_id"]) == [str(tmp_path / "a" / "x.jpg"), str(tmp_path / "b" / "x.jpg")]

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.audits.skin import audit_skin_comparison, audit_skin_distribution
 from fairvision.stats.proportions import wilson_interval as wilson_ci
 from fairvision.errors import ColumnError
@@ -88,7 +89,7 @@ def test_by_group_and_group_test_against_scipy():
 def test_subject_cluster_bootstrap_cis():
     df = _table({"light-red": 30, "dark-red": 20, "light-yellow": 30, "dark-yellow": 20})
     df["subject"] = np.arange(len(df)) // 5  # 5 images per subject, same cell within a subject
-    d = audit_skin_distribution(df, subject="subject", n_boot=500)
+    d = audit_skin_distribution(df, subject="subject", settings=AuditSettings(n_boot=500))
     w = audit_skin_distribution(df)
     assert d.ci_method.startswith("cluster bootstrap")
     width = (d.cells.ci_high - d.cells.ci_low).to_numpy()

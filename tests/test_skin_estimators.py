@@ -14,7 +14,8 @@ from fairvision.errors import FairvisionError
 from fairvision.skin import lab_to_srgb, measure, measure_pixels
 from fairvision.skin.colour import ita as ita_fn
 from fairvision.skin.colour import linear_to_srgb, srgb_to_linear
-from fairvision.skin.estimators import cluster_histogram_modes, histogram_mode, kmeans_lloyd, sturges_bins
+from fairvision.skin.histogram_modes import cluster_histogram_modes, histogram_mode, sturges_bins
+from fairvision.skin.kmeans import kmeans_lloyd
 
 H = W = 160
 YY, XX = np.mgrid[:H, :W]
@@ -116,7 +117,7 @@ def test_published_compat_mode():
 
 def test_published_lab_is_scikit_image_rgb2lab():
     skc = pytest.importorskip("skimage.color")
-    from fairvision.skin.estimators import published_lab
+    from fairvision.skin.thong_published import published_lab
 
     px = np.random.default_rng(0).integers(0, 256, (5000, 3)).astype(np.uint8)
     np.testing.assert_allclose(published_lab(px / 255.0), skc.rgb2lab(px[None] / 255.0)[0], atol=1e-10)
@@ -249,7 +250,7 @@ def test_thong_hand_worked_on_five_blobs():
     # five groups of identical pixels, each at the centre of its summary cell (L* cells 0.25, h* cells 0.5):
     # the clusters are the groups, every mode is the group's value, and the answer is the
     # count-weighted mean of the three lightest groups (docs/METHODS.md §2.2)
-    from fairvision.skin.estimators import thong
+    from fairvision.skin.thong import thong
 
     # sizes chosen so that the quantile seeds (five equal-count slices by L*) lie in distinct groups
     groups = [(80.125, 40.25, 250), (70.125, 50.25, 350), (60.125, 30.25, 300), (45.125, 65.25, 300), (30.125, 15.25, 300)]

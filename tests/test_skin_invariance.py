@@ -13,18 +13,9 @@ import pytest
 from fairvision.datasets import load_portraits
 from fairvision.io.images import read_image
 from fairvision.skin import measure, measure_pixels, srgb_to_lab
-from fairvision.skin.estimators import (
-    cell_size,
-    grid_modes,
-    kmeans_lloyd,
-    quantile_seeds,
-    sturges_bins,
-    thong,
-    thong_bootstrap,
-    thong_features,
-    thong_from_features,
-    weighted_quantile_seeds,
-)
+from fairvision.skin.histogram_modes import grid_modes, sturges_bins
+from fairvision.skin.kmeans import kmeans_lloyd, quantile_seeds, weighted_quantile_seeds
+from fairvision.skin.thong import cell_size, thong, thong_bootstrap, thong_features, thong_from_features
 from fairvision.skin.measurement import smooth_skin_pixels
 
 #: Portraits used below: small and large masks (above 32k pixels the old estimator subsampled by pixel order).

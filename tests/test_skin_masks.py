@@ -85,7 +85,7 @@ def test_load_mask_binary_and_label_maps(tmp_path):
     Image.fromarray(lab).save(tmp_path / "lab.png")
     got = load_mask(tmp_path / "lab.png", skin_label=1, shape=(6, 8))
     assert got.sum() == 4 * 6 - 2 and not got[2, 3] and not got[2, 5]
-    with pytest.raises(InputFileError, match="label map.*--skin-label"):
+    with pytest.raises(InputFileError, match="label map.*skin_label"):
         load_mask(tmp_path / "lab.png")
 
 

@@ -34,6 +34,9 @@ def _parity():
 
 # one example call per public test function; a new test function must be added here
 EXAMPLES = {
+    "adjust_group_tests": lambda: S.adjust_group_tests(pd.DataFrame({
+        "attribute": ["g", "g", "h", "h", "h"], "group": ["a", "b", "x", "y", "z"], "n_samples": [5, 5, 3, 3, 3],
+        "statistic": [4.0, 4.0, 1.0, 3.0, 0.2], "pvalue": [0.01, 0.01, 0.3, 0.04, 0.6]}), [], "holm"),
     "chi2_test": lambda: S.chi2_test(_TABLE),
     "chi2_independence": lambda: S.chi2_independence(pd.DataFrame({"a": _G, "b": np.tile(["u", "v"], 30)}), "a", "b"),
     "pairwise_mannwhitney": lambda: S.pairwise_mannwhitney(_X, _G),
@@ -146,7 +149,7 @@ def test_one_chi_square_one_bootstrap_one_intersection_builder():
     assert not chi, f"chi-square outside stats/chisquare.py: {chi}"
     # Not cluster bootstraps, so allowed elsewhere: the power analysis simulates data under an
     # alternative, and the skin estimator resamples pixels within one image for its stability measure.
-    not_cluster = {"stats/resample.py", "stats/power.py", "skin/estimators.py"}
+    not_cluster = {"stats/resample.py", "stats/power.py", "skin/thong.py"}
     draws = [f"{p}:{i}" for p, i, ln in _src_lines()
              if re.search(r"\.multinomial\(", ln) and str(p) not in not_cluster]
     assert not draws, f"bootstrap draws outside stats/resample.py: {draws}"

@@ -65,34 +65,38 @@ def portraits():
 
 @pytest.mark.vision
 def test_parameters_change_recomputes_same_parameters_hit(portraits, tmp_path):
-    from fairvision.audits.skin_batch import measure_images
+    from fairvision.audits.settings import AuditSettings
+    from fairvision.skin.batch import MeasureParams, measure_images
 
     few = portraits.head(3)
-    kw = dict(workers=1, progress=False, categories=False, store=tmp_path / "s")
-    first = measure_images(few, method="mean", **kw)
+    kw = dict(settings=AuditSettings(workers=1), progress=False, categories=False, store=tmp_path / "s")
+    first = measure_images(few, params=MeasureParams(method="mean"), **kw)
     assert not first.from_cache.any()
-    again = measure_images(few, method="mean", **kw)
+    again = measure_images(few, params=MeasureParams(method="mean"), **kw)
     assert again.from_cache.all()
     pd.testing.assert_frame_equal(first.drop(columns="from_cache"), again.drop(columns="from_cache"))
-    other = measure_images(few, method="mean", min_pixels=100, **kw)  # a changed parameter: all recomputed
+    changed = MeasureParams(method="mean", min_pixels=100)
+    other = measure_images(few, params=changed, **kw)  # a changed parameter: all recomputed
     assert not other.from_cache.any()
-    assert measure_images(few, method="mean", min_pixels=100, **kw).from_cache.all()
+    assert measure_images(few, params=changed, **kw).from_cache.all()
     assert ResultsStore(tmp_path / "s").info().set_index("stage").loc["skin", "params"] == 2
 
 
 _MEASURE_SCRIPT = textwrap.dedent("""
     import sys
-    from fairvision.audits.skin_batch import measure_images
+    from fairvision.audits.settings import AuditSettings
     from fairvision.datasets import load_portraits
     from fairvision.io.store import ResultsStore
-    measure_images(load_portraits(), method="mean", workers=1, progress=False, categories=False,
-                   store=ResultsStore(sys.argv[1], batch_rows=3))
+    from fairvision.skin.batch import MeasureParams, measure_images
+    measure_images(load_portraits(), params=MeasureParams(method="mean"), settings=AuditSettings(workers=1),
+                   progress=False, categories=False, store=ResultsStore(sys.argv[1], batch_rows=3))
 """)
 
 
 @pytest.mark.vision
 def test_killed_run_resumes_recomputing_only_what_is_missing(portraits, tmp_path):
-    from fairvision.audits.skin_batch import STAGE, measure_images
+    from fairvision.audits.settings import AuditSettings
+    from fairvision.skin.batch import STAGE, MeasureParams, measure_images
 
     root = tmp_path / "s"
     proc = subprocess.Popen([sys.executable, "-c", _MEASURE_SCRIPT, str(root)],
@@ -110,11 +114,13 @@ def test_killed_run_resumes_recomputing_only_what_is_missing(portraits, tmp_path
     stored = pd.concat([pq.read_table(p).to_pandas() for p in parts])  # every part is whole
     print("stored before the kill:", stored.key.nunique(), "rows in", len(parts), "parts")
     assert 0 < stored.key.nunique() < len(portraits)
-    resumed = measure_images(portraits, method="mean", workers=2, progress=False, categories=False, store=root)
+    resumed = measure_images(portraits, params=MeasureParams(method="mean"), settings=AuditSettings(workers=2),
+                             progress=False, categories=False, store=root)
     assert resumed.from_cache.sum() == stored.key.nunique(), (resumed.from_cache.sum(), sorted(stored.sample_id), resumed.sample_id[resumed.from_cache].tolist())  # nothing stored is measured again ...
     assert (~resumed.from_cache).sum() == len(portraits) - stored.key.nunique()  # ... and the rest is
     assert ResultsStore(root).info().loc[0, "keys"] == len(portraits)
-    full = measure_images(portraits, method="mean", workers=1, progress=False, categories=False, store=root)
+    full = measure_images(portraits, params=MeasureParams(method="mean"), settings=AuditSettings(workers=1),
+                          progress=False, categories=False, store=root)
     assert full.from_cache.all()
 
 
@@ -172,13 +178,15 @@ def test_forget_subject_from_every_stage(tmp_path, capsys):
 
 @pytest.mark.vision
 def test_measured_subjects_can_be_forgotten(portraits, tmp_path, capsys):
-    from fairvision.audits.skin_batch import measure_images
+    from fairvision.audits.settings import AuditSettings
+    from fairvision.skin.batch import MeasureParams, measure_images
 
     few = portraits.head(3).assign(subject_id=["p1", "p2", "p1"])
     root = tmp_path / "s"
-    measure_images(few[["sample_id", "image_path"]], method="mean", workers=1, progress=False, categories=False,
-                   store=root)  # first measured without subjects ...
-    again = measure_images(few, method="mean", workers=1, progress=False, categories=False, store=root)
+    kw = dict(params=MeasureParams(method="mean"), settings=AuditSettings(workers=1), progress=False,
+              categories=False, store=root)
+    measure_images(few[["sample_id", "image_path"]], **kw)  # first measured without subjects ...
+    again = measure_images(few, **kw)
     assert again.from_cache.all()  # ... then with them: read from the store, and the subjects recorded
     assert main(["store", "forget", "--subject", "p1", "--store", str(root)]) == 0
     assert "removed 4 rows of subject 'p1'" in capsys.readouterr().out
@@ -222,3 +230,32 @@ def test_default_store_follows_the_environment(tmp_path, monkeypatch):
     assert default_store_root() == tmp_path / "xdg" / "fairvision" / "store"
     assert open_store(enabled=False) is None
     assert os.environ.get("HOME") is None or not str(default_store_root()).startswith(os.environ["HOME"] + "/.cache")
+
+
+_FORGET_SCRIPT = textwrap.dedent("""
+    import sys
+    from fairvision.io.store import ResultsStore
+    ResultsStore(sys.argv[1]).forget("ann")
+""")
+
+
+def test_killed_forget_is_finished_by_the_next_process(tmp_path):
+    """A forget killed after its commit point (the journal is written, one of two renames done) leaves a journal
+    that the next process taking the lock finishes: the subject's rows are gone from both stages, the others
+    stay, and nothing is left over (the crash point is the one of fairvision.io.durable, as for withdrawal)."""
+    from fairvision.io.durable import CRASH_ENV
+    from fairvision.io.store import CRASH_AFTER_RENAMES, JOURNAL_NAME
+
+    root = tmp_path / "s"
+    store = ResultsStore(root)
+    _fill(store, "skin", 6, subject=lambda i: ["ann", "bob"][i % 2])
+    _fill(store, "faces", 6, subject=lambda i: ["ann", "bob"][i % 2])
+    r = subprocess.run([sys.executable, "-c", _FORGET_SCRIPT, str(root)], capture_output=True, text=True,
+                       env={**os.environ, CRASH_ENV: f"{CRASH_AFTER_RENAMES}:1"}, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    journal = json.loads((root / JOURNAL_NAME).read_text())
+    assert len(journal["rename"]) == 2 and len(journal["delete"]) == 2
+    left = ResultsStore(root).query("SELECT stage, subject_id FROM skin UNION ALL SELECT stage, subject_id FROM faces")
+    assert sorted(left["subject_id"]) == ["bob"] * 6 and sorted(left["stage"]) == ["faces"] * 3 + ["skin"] * 3
+    assert not (root / JOURNAL_NAME).exists()
+    assert not [p for p in root.rglob(".*") if p.name != ".lock"]  # no leftovers

@@ -1,4 +1,4 @@
-"""Bias-transfer studies (issue 16; docs/METHODS.md §11): subset designs, the study table, the paired comparison."""
+"""Bias-transfer studies (docs/METHODS.md §11): subset designs, the study table, the paired comparison."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.audits.transfer import audit_transfer, design_subsets, read_design, write_design
 from fairvision.audits.transfer.design import apportion
+from fairvision.audits.transfer.study import DEFAULTS as STUDY
 from fairvision.cli import main
-from fairvision.errors import FairvisionError
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.report import Report
 from fairvision.report.sections.transfer import design_section, study_section
 from fairvision.stats.multiclass import disparity_replicates, overall_disparity_ci
@@ -42,7 +44,7 @@ def table():
 
 @pytest.fixture(scope="module")
 def design(table):
-    return design_subsets(table, "expr", ["gender"], seed=3)
+    return design_subsets(table, "expr", ["gender"], settings=AuditSettings(seed=3))
 
 
 # -- composition ----------------------------------------------------------------------------------------------------
@@ -85,7 +87,8 @@ def test_single_group_subsets_have_the_balanced_per_class_counts_and_are_exclude
 
 
 def test_stratified_subsets_keep_the_joint_distribution(table):
-    d = design_subsets(table, "expr", ["gender"], designs=["stratified"], fractions=[0.5, 1.0], test_fraction=0.25, seed=1)
+    d = design_subsets(table, "expr", ["gender"], designs=["stratified"], fractions=[0.5, 1.0], test_fraction=0.25,
+                       settings=AuditSettings(seed=1))
     pool = d.subsets["stratified_f100"]
     half = d.subsets["stratified_f50"]
     assert len(half) == round(0.5 * len(pool))
@@ -100,16 +103,16 @@ def test_stratified_subsets_keep_the_joint_distribution(table):
 
 def test_exact_composition_with_a_size(table):
     d = design_subsets(table, "expr", ["gender"], designs=["balanced", "single", "stratified"], fractions=[1.0],
-                       size=60, seed=0)
+                       size=60, settings=AuditSettings(seed=0))
     comp = d.composition
     assert (comp.loc[comp["subset"] == "balanced_gender", "n"] == 10).all()
     for g in ("F", "M"):
         one = comp[(comp["subset"] == f"single_gender_{g}") & (comp["group"] == g)]
         assert (one["n"] == 20).all()
     assert len(d.subsets["stratified_n60"]) == 60
-    with pytest.raises(FairvisionError, match="not a multiple"):
+    with pytest.raises(ParameterError, match="^size 61 is not a multiple"):
         design_subsets(table, "expr", ["gender"], size=61)
-    with pytest.raises(FairvisionError, match="too large"):
+    with pytest.raises(ParameterError, match="^size 6000 is too large"):
         design_subsets(table, "expr", ["gender"], size=6000)
 
 
@@ -120,10 +123,10 @@ def test_subjects_never_split_and_deterministic(table, design):
     # every test subject brings all its images
     per = table.groupby("subject_id").size()
     assert (design.test.groupby("subject_id").size() == per.loc[list(test_subjects)].sort_index()).all()
-    again = design_subsets(table, "expr", ["gender"], seed=3)
+    again = design_subsets(table, "expr", ["gender"], settings=AuditSettings(seed=3))
     for name in design.subsets:
         assert design.subsets[name]["sample_id"].tolist() == again.subsets[name]["sample_id"].tolist()
-    other = design_subsets(table, "expr", ["gender"], seed=4)
+    other = design_subsets(table, "expr", ["gender"], settings=AuditSettings(seed=4))
     assert other.test["sample_id"].tolist() != design.test["sample_id"].tolist()
 
 
@@ -183,7 +186,8 @@ def planted_predictions(design, biased: str | None, seed: int, acc: float = 0.85
 
 
 def test_planted_bias_is_flagged(design):
-    res = audit_transfer(design, planted_predictions(design, "single_gender_M", seed=1), n_boot=400, seed=0)
+    res = audit_transfer(design, planted_predictions(design, "single_gender_M", seed=1),
+                         settings=STUDY.replace(n_boot=400, seed=0))
     flag = res.flagged
     assert len(flag) == 1 and flag.iloc[0]["subset"] == "single_gender_M"
     od = res.od.set_index("subset")
@@ -204,7 +208,8 @@ def test_planted_bias_is_flagged(design):
 def test_no_planted_bias_no_flag_at_nominal_rate(design):
     rejections, pairs = 0, 0
     for seed in range(6):
-        res = audit_transfer(design, planted_predictions(design, None, seed=100 + seed), n_boot=300, seed=seed)
+        res = audit_transfer(design, planted_predictions(design, None, seed=100 + seed),
+                             settings=STUDY.replace(n_boot=300, seed=seed))
         assert res.flagged.empty
         pairs += 1
         rejections += int(res.comparisons["significant"].any())
@@ -225,9 +230,11 @@ def test_prediction_errors(design):
     bad = dict(preds)
     bad["balanced_gender"] = preds["balanced_gender"].iloc[1:]
     with pytest.raises(FairvisionError, match="no prediction for test sample"):
-        audit_transfer(design, bad, n_boot=10)
+        audit_transfer(design, bad, settings=STUDY.replace(n_boot=10))
     with pytest.raises(FairvisionError, match="not a subset"):
-        audit_transfer(design, {"nope": preds["balanced_gender"]}, n_boot=10)
+        audit_transfer(design, {"nope": preds["balanced_gender"]}, settings=STUDY.replace(n_boot=10))
+    with pytest.raises(ParameterError, match="^n_boot must be at least 1"):
+        audit_transfer(design, preds, settings=STUDY.replace(n_boot=0))
 
 
 # -- the command line -----------------------------------------------------------------------------------------------
@@ -254,9 +261,9 @@ def test_cli_subsets_and_audit(tmp_path, table, capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--label", "nope", "--attr", "gender"], "nope"),
-    (["--label", "expr", "--attr", "expr"], "also an --attr"),
+    (["--label", "expr", "--attr", "expr"], "--label 'expr' is also an attribute"),
     (["--label", "expr", "--attr", "gender", "--size", "7"], "not a multiple"),
-    (["--label", "expr", "--attr", "gender", "--fraction", "1.5"], "--fraction"),
+    (["--label", "expr", "--attr", "gender", "--fraction", "1.5"], "--fraction must lie in (0, 1]"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, table, capsys, args, message):
     src = tmp_path / "t.csv"

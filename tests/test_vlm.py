@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fairvision.audits.vlm import (audit_vlm, label_embeddings, load_prompt_sets, read_text_embeddings,
-                                   zero_shot_labels)
+from fairvision.audits.settings import AuditSettings
+from fairvision.audits.vlm.prompts import load_prompt_sets, read_text_embeddings
+from fairvision.audits.vlm.samples import SampleOptions
+from fairvision.audits.vlm.zero_shot import audit_vlm, label_embeddings, zero_shot_labels
 from fairvision.cli import main
 from fairvision.errors import FairvisionError
 from fairvision.report import Report
@@ -49,7 +51,7 @@ def test_default_prompt_sets_have_four_prompts_per_label_and_a_neutral_option():
 
 def test_labels_match_direct_numpy_argmax():
     data, img, tdf, x, text = planted(shift=1.0, seed=3)
-    res = audit_vlm(data, img, tdf, ["group"], n_boot=50)
+    res = audit_vlm(data, img, tdf, ["group"], settings=AuditSettings(n_boot=50))
     t = text / np.linalg.norm(text, axis=1, keepdims=True)
     means = np.stack([t[i * 4:(i + 1) * 4].mean(axis=0) for i in range(3)])
     means /= np.linalg.norm(means, axis=1, keepdims=True)
@@ -73,7 +75,7 @@ def test_labels_match_direct_numpy_argmax():
 
 def test_planted_unspecified_gap_is_flagged_with_ci_excluding_the_rest():
     data, img, tdf, _, _ = planted(shift=1.5, seed=1)
-    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", n_boot=300)
+    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", settings=AuditSettings(n_boot=300))
     r = res.rates.set_index(["group", "quantity"])
     b, a = r.loc[("B", "unspecified")], r.loc[("A", "unspecified")]
     assert b["flagged"] and b["difference"] > 0 and b["diff_ci_low"] > 0
@@ -91,7 +93,7 @@ def test_planted_unspecified_gap_is_flagged_with_ci_excluding_the_rest():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_no_planted_difference_no_flag(seed):
     data, img, tdf, _, _ = planted(shift=0.0, seed=seed)
-    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", n_boot=200, seed=seed)
+    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", settings=AuditSettings(n_boot=200, seed=seed))
     assert not res.rates["flagged"].any()
     assert res.quantities()["n_flagged"] == 0
 
@@ -152,7 +154,7 @@ def test_cli_without_text_embeddings_exits_2(tmp_path, capsys):
 
 def test_report_section_renders():
     data, img, tdf, _, _ = planted(shift=0.0, seed=4)
-    res = audit_vlm(data, img, tdf, ["group"], n_boot=50)
+    res = audit_vlm(data, img, tdf, ["group"], settings=AuditSettings(n_boot=50))
     rep = Report(title="t")
     rep.add(vlm_section(res))
     assert "Zero-shot" in rep.to_html()
@@ -160,13 +162,13 @@ def test_report_section_renders():
 
 def test_max_rule_matches_argmax_over_prompts():
     data, img, tdf, x, text = planted(shift=1.0, seed=5)
-    res = audit_vlm(data, img, tdf, ["group"], combine="max", n_boot=20)
+    res = audit_vlm(data, img, tdf, ["group"], combine="max", settings=AuditSettings(n_boot=20))
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
     tn = text / np.linalg.norm(text, axis=1, keepdims=True)
     expected = np.repeat(LABELS, 4)[np.argmax(xn @ tn.T, axis=1)]
     np.testing.assert_array_equal(res.predictions["predicted"].to_numpy(), expected)
     with pytest.raises(FairvisionError, match="combine"):
-        audit_vlm(data, img, tdf, ["group"], combine="median", n_boot=20)
+        audit_vlm(data, img, tdf, ["group"], combine="median", settings=AuditSettings(n_boot=20))
 
 
 # -- calibration: a stub model with planted similarities ------------------------------------------------------------
@@ -194,7 +196,7 @@ def stub_model(n_subjects=100, per_subject=2, effect=0.0, seed=0):
 
 def test_stub_model_labels_are_the_planted_argmax():
     data, img, tdf, sim = stub_model(seed=3)
-    res = audit_vlm(data, img, tdf, ["g1"], n_boot=10)
+    res = audit_vlm(data, img, tdf, ["g1"], settings=AuditSettings(n_boot=10))
     np.testing.assert_array_equal(res.predictions["predicted"].to_numpy(), np.array(STUB_LABELS)[sim.argmax(axis=1)])
 
 
@@ -204,7 +206,7 @@ def test_null_false_flag_rate_is_nominal_over_200_seeds_and_a_planted_effect_is_
     false_flags, p_one, p_all = 0, [], []
     for seed in range(200):
         data, img, tdf, _ = stub_model(seed=seed)
-        r = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, n_boot=40, seed=seed).rates
+        r = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, settings=AuditSettings(n_boot=40, seed=seed)).rates
         false_flags += bool(r["flagged"].any())
         p_all.append(r["pvalue"].dropna().to_numpy())
         p_one.append(r.loc[(r["attribute"] == "g1") & (r["group"] == "A") & (r["quantity"] == "unspecified"),
@@ -220,7 +222,8 @@ def test_null_false_flag_rate_is_nominal_over_200_seeds_and_a_planted_effect_is_
     hits = 0
     for seed in range(40):
         data, img, tdf, _ = stub_model(n_subjects=120, effect=2.0, seed=1000 + seed)
-        r = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, n_boot=40, seed=seed).rates.set_index(
+        r = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2,
+                      settings=AuditSettings(n_boot=40, seed=seed)).rates.set_index(
             ["attribute", "group", "quantity"])
         hits += bool(r.loc[("g1", "B", "unspecified"), "flagged"]) and r.loc[("g1", "B", "unspecified"), "difference"] > 0
     assert hits / 40 >= 0.8
@@ -232,7 +235,7 @@ def test_image_level_test_alone_would_not_be_nominal_with_clustered_images():
     naive, probe = [], []
     for seed in range(100):
         data, img, tdf, _ = stub_model(per_subject=3, seed=seed)
-        r = audit_vlm(data, img, tdf, ["g1"], n_boot=10, seed=seed).rates
+        r = audit_vlm(data, img, tdf, ["g1"], settings=AuditSettings(n_boot=10, seed=seed)).rates
         row = r[(r["group"] == "A") & (r["quantity"] == "man")].iloc[0]
         ct = np.array([[row.estimate * row.n_samples, (1 - row.estimate) * row.n_samples],
                        [row.rest * (300 - row.n_samples), (1 - row.rest) * (300 - row.n_samples)]])
@@ -261,7 +264,7 @@ def brute_force_rao_scott(y, group, cluster):
 
 def test_subject_level_statistic_matches_a_brute_force_loop_and_pearson():
     data, img, tdf, sim = stub_model(n_subjects=60, per_subject=3, seed=7)
-    res = audit_vlm(data, img, tdf, ["g1"], n_boot=10, min_subjects=1)
+    res = audit_vlm(data, img, tdf, ["g1"], settings=AuditSettings(n_boot=10, min_subjects=1))
     pred = np.array(STUB_LABELS)[sim.argmax(axis=1)]
     for row in res.rates.itertuples(index=False):
         y = pred == row.quantity
@@ -281,7 +284,7 @@ def test_intersections_rates_small_cells_and_one_family():
     # make one intersection cell small: only 4 subjects of A x y
     keep = ~((data["g1"] == "A") & (data["g2"] == "y") & (data["subject_id"] % 5 != 0))
     data = data[keep].reset_index(drop=True)
-    res = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, n_boot=50, correction="bonferroni")
+    res = audit_vlm(data, img, tdf, ["g1", "g2"], max_k=2, settings=AuditSettings(n_boot=50, correction="bonferroni"))
     r = res.rates
     assert set(r["attribute"]) == {"g1", "g2", "g1 × g2"}
     inter = r[r["attribute"] == "g1 × g2"]
@@ -332,7 +335,7 @@ def test_cli_intersections_and_min_subjects(tmp_path, capsys):
 def test_intersection_error_rate_gate_uses_plus_names(tmp_path, capsys):
     data, img, tdf, _, _ = planted(shift=1.0, seed=2)
     data["age"] = np.where(data["subject_id"] % 4 < 2, "young", "old")
-    res = audit_vlm(data, img, tdf, ["group", "age"], true_col="truth", max_k=2, n_boot=30)
+    res = audit_vlm(data, img, tdf, ["group", "age"], true_col="truth", max_k=2, settings=AuditSettings(n_boot=30))
     q = res.quantities()
     sel = (data["group"] == "B") & (data["age"] == "young")
     pred = res.predictions.set_index("sample_id").loc[data["sample_id"], "predicted"].to_numpy()
@@ -349,7 +352,7 @@ def test_duplicate_sample_id_is_one_line(tmp_path, capsys):
     data, img, tdf, _, _ = planted(seed=1)
     data.loc[5, "sample_id"] = data.loc[4, "sample_id"]
     with pytest.raises(FairvisionError, match=r"row 6: sample_id 'img4' appears twice"):
-        audit_vlm(data, img, tdf, ["group"], n_boot=10)
+        audit_vlm(data, img, tdf, ["group"], settings=AuditSettings(n_boot=10))
 
 
 @pytest.mark.parametrize("rule", ["drop", "keep"])
@@ -358,9 +361,10 @@ def test_missing_rule_drop_and_keep(tmp_path, capsys, rule):
     data["group"] = data["group"].astype(object)
     blank = np.arange(len(data)) % 10 == 3  # 30 images with no group
     data.loc[blank, "group"] = None
-    with pytest.raises(FairvisionError, match=r"row 4: column 'group' is empty \(30 empty cells; use --missing drop"):
-        audit_vlm(data, img, tdf, ["group"], n_boot=10)
-    res = audit_vlm(data, img, tdf, ["group"], missing=rule, n_boot=10, min_subjects=1)
+    with pytest.raises(FairvisionError, match=r"row 4: column 'group' is empty \(30 empty cells; use missing='drop'"):
+        audit_vlm(data, img, tdf, ["group"], settings=AuditSettings(n_boot=10))
+    res = audit_vlm(data, img, tdf, ["group"], samples=SampleOptions(missing=rule),
+                    settings=AuditSettings(n_boot=10, min_subjects=1))
     r = res.rates[res.rates["quantity"] == "unspecified"].set_index("group")
     pred = res.predictions.set_index("sample_id")["predicted"]
     ids = data["sample_id"].to_numpy()
@@ -406,7 +410,7 @@ def test_constant_quantity_is_left_untested():
     data, img, tdf, x, _ = planted(seed=6)
     axes = np.eye(D)[:3] * 4.0
     img = pd.DataFrame({"sample_id": data["sample_id"], "embedding": list(axes[0] + 0.1 * x)})
-    res = audit_vlm(data, img, tdf, ["group"], n_boot=20)
+    res = audit_vlm(data, img, tdf, ["group"], settings=AuditSettings(n_boot=20))
     r = res.rates.set_index(["group", "quantity"])
     assert (res.predictions["predicted"] != "woman").all()
     assert r.loc[("A", "woman"), "estimate"] == 0 and np.isnan(r.loc[("A", "woman"), "pvalue"])
@@ -417,7 +421,8 @@ def test_constant_quantity_is_left_untested():
 
 def test_nan_quantity_gate_is_an_error_not_a_pass(tmp_path, capsys):
     data, img, tdf, _, _ = planted(seed=1, n_subjects=12)
-    res = audit_vlm(data, img, tdf, ["group"], n_boot=10)  # 6 subjects a group: too small to judge
+    res = audit_vlm(data, img, tdf, ["group"],
+                    settings=AuditSettings(n_boot=10))  # 6 subjects a group: too small to judge
     q = res.quantities()
     assert np.isnan(q["max_gap"]) and np.isnan(q["max_unspecified_gap"])
     from fairvision.audits.gates import evaluate_conditions
@@ -436,10 +441,10 @@ def test_combined_text_embeddings_filtered_by_probe(tmp_path, capsys):
     both = pd.concat([tdf.assign(probe="gender"), other.assign(probe="indoor_outdoor")], ignore_index=True)
     x, labels, _ = read_text_embeddings(both, "gender")
     assert labels == tdf["label"].tolist() and np.allclose(x, tdf.filter(regex=r"^e\d+$").to_numpy())
-    with pytest.raises(FairvisionError, match="several probes.*--probe"):
+    with pytest.raises(FairvisionError, match=r"^probe is needed: .*several probes"):
         read_text_embeddings(both)
-    res = audit_vlm(data, img, both, ["group"], probe="gender", n_boot=10)
-    ref = audit_vlm(data, img, tdf, ["group"], n_boot=10)
+    res = audit_vlm(data, img, both, ["group"], probe="gender", settings=AuditSettings(n_boot=10))
+    ref = audit_vlm(data, img, tdf, ["group"], settings=AuditSettings(n_boot=10))
     assert res.probe == "gender"
     pd.testing.assert_frame_equal(res.predictions, ref.predictions)
 
@@ -447,7 +452,8 @@ def test_combined_text_embeddings_filtered_by_probe(tmp_path, capsys):
 def test_two_groups_are_one_test_in_the_correction_family():
     """"A vs rest" and "B vs rest" with two groups are the same 2 x 2 test: counted once (docs/METHODS.md §12.1)."""
     data, img, tdf, _, _ = planted(shift=1.5, seed=1)
-    res = audit_vlm(data, img, tdf, ["group"], true_col="truth", n_boot=50, correction="bonferroni")
+    res = audit_vlm(data, img, tdf, ["group"], true_col="truth",
+                    settings=AuditSettings(n_boot=50, correction="bonferroni"))
     r = res.rates
     a, b = r[r["group"] == "A"].reset_index(drop=True), r[r["group"] == "B"].reset_index(drop=True)
     tested = a["pvalue"].notna().to_numpy()
@@ -462,7 +468,7 @@ def test_two_groups_are_one_test_in_the_correction_family():
     assert res.quantities()["n_flagged"] == int((r["flagged"] & r["same_test_as"].isna()).sum())
     # three groups: no test is the same as another
     data3 = data.assign(group=np.array(["A", "B", "C"])[data["subject_id"].to_numpy() % 3])
-    r3 = audit_vlm(data3, img, tdf, ["group"], n_boot=20).rates
+    r3 = audit_vlm(data3, img, tdf, ["group"], settings=AuditSettings(n_boot=20)).rates
     assert r3["same_test_as"].isna().all()
 
 

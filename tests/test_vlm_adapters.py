@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs torch and transformers (pip install 'fairvision[diffusers]')")
 
 clip = pytest.importorskip("fairvision.vision.clip")
+clip_embeddings = pytest.importorskip("fairvision.vision.clip_embeddings")
 PORTRAITS = demo_path("portraits")
 PROMPTS = ["a photograph of a man", "a picture showing someone", "an indoor scene"]
 
@@ -268,17 +269,17 @@ def test_embed_images_reads_the_store_second_time(portraits, tmp_path):
     paths = df["image_path"].tolist() + [df["image_path"].iloc[0]]  # the same bytes twice: embedded once
     store = ResultsStore(tmp_path / "store")
     adapter = clip.TinyRandomCLIP(seed=0, batch_size=4)
-    first, s1 = clip.embed_images(paths, adapter, store=store, sample_ids=[f"s{i}" for i in range(7)])
+    first, s1 = clip_embeddings.embed_images(paths, adapter, store=store, sample_ids=[f"s{i}" for i in range(7)])
     assert s1 == {"images": 7, "from_store": 0, "computed": 7}
     assert adapter.calls == 2  # 6 distinct images in batches of 4
     np.testing.assert_allclose(first[:6], clip.TinyRandomCLIP(seed=0).encode_images(images), atol=1e-6)
     np.testing.assert_array_equal(first[6], first[0])
     again = clip.TinyRandomCLIP(seed=0, batch_size=4)
-    second, s2 = clip.embed_images(paths, again, store=ResultsStore(tmp_path / "store"))
+    second, s2 = clip_embeddings.embed_images(paths, again, store=ResultsStore(tmp_path / "store"))
     assert again.calls == 0 and s2["from_store"] == 7
     np.testing.assert_array_equal(second, first)  # stored float32 bytes, exactly
     other = clip.TinyRandomCLIP(seed=1, batch_size=4)  # another model is another key
-    _, s3 = clip.embed_images(paths, other, store=ResultsStore(tmp_path / "store"))
+    _, s3 = clip_embeddings.embed_images(paths, other, store=ResultsStore(tmp_path / "store"))
     assert s3["from_store"] == 0 and other.calls == 2
 
 
@@ -286,7 +287,7 @@ def test_embed_images_unreadable_image_is_one_line(tmp_path):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"not an image")
     with pytest.raises(FairvisionError, match="bad.jpg: not a readable image"):
-        clip.embed_images([str(bad)], clip.TinyRandomCLIP(), store=ResultsStore(tmp_path / "store"))
+        clip_embeddings.embed_images([str(bad)], clip.TinyRandomCLIP(), store=ResultsStore(tmp_path / "store"))
 
 
 # --------------------------------------------------------------------------- the command, end to end
@@ -320,7 +321,7 @@ def test_embed_then_zero_shot(portraits, tmp_path, capsys):
     assert len(text) == 12 and set(text["probe"]) == {"gender"}
     np.testing.assert_allclose(np.stack(text["embedding"].to_numpy()),
                                clip.TinyRandomCLIP(seed=0).encode_texts(text["prompt"].tolist()), atol=1e-6)
-    assert clip.read_provenance(out / "text_embeddings.parquet")["backend"] == "tiny-random"
+    assert clip_embeddings.read_provenance(out / "text_embeddings.parquet")["backend"] == "tiny-random"
     manifest = json.loads((out / "embed.json").read_text())
     assert manifest["images"] == 6 and manifest["probes"] == ["gender"]
 
@@ -421,7 +422,7 @@ def test_variants_loop_embed_zero_shot_compare_carries_the_model_note(tmp_path, 
                      str(emb / "image_embeddings.npz"), "--text-embeddings", str(emb / "text_embeddings.parquet"),
                      "-a", "group", "--n-boot", "20", "-o", str(tmp_path / f"zs-{v}")]) == 0
         preds[v] = tmp_path / f"zs-{v}" / "predictions.parquet"
-        prov = clip.read_provenance(preds[v])
+        prov = clip_embeddings.read_provenance(preds[v])
         assert prov["backend"] == "tiny-random" and "meaningless" in prov["note"] and prov["probe"] == "gender"
     capsys.readouterr()
     assert main(["audit", "vlm", "compare", "--samples", str(samples), "--first", str(preds["original"]),

@@ -11,8 +11,10 @@ import pytest
 from scipy import stats
 
 from fairvision.stats.clustered import clustered_mcnemar
-from fairvision.audits.vlm_variants import (VARIANTS, background_black, compare_variants,
-                                            make_variants, person_black, person_blur, write_variants)
+from fairvision.audits.settings import AuditSettings
+from fairvision.audits.vlm.samples import SampleOptions
+from fairvision.audits.vlm.variants import compare_variants, write_variants
+from fairvision.vision.image_edits import VARIANTS, background_black, make_variants, person_black, person_blur
 from fairvision.cli import main
 from fairvision.errors import FairvisionError
 from fairvision.io.images import read_image, write_png
@@ -98,7 +100,8 @@ def test_paired_change_hand_worked():
     first = pd.DataFrame({"sample_id": ids, "predicted": ["unspecified", "unspecified", "man", "woman"] + ["man"] * 10})
     second = pd.DataFrame({"sample_id": ids[::-1],
                            "predicted": (["unspecified", "man", "unspecified", "unspecified"] + ["unspecified"] * 10)[::-1]})
-    res = compare_variants(data, first, second, ["g"], labels=["unspecified"], n_boot=200, min_subjects=1)
+    res = compare_variants(data, first, second, ["g"], labels=["unspecified"],
+                           settings=AuditSettings(n_boot=200, min_subjects=1))
     c = res.changes.set_index("group")
     assert c.loc["A", "rate_first"] == 0.5 and c.loc["A", "rate_second"] == 0.75
     assert c.loc["A", "estimate"] == pytest.approx(0.25)
@@ -118,7 +121,7 @@ def test_paired_change_needs_every_sample_predicted():
     data = pd.DataFrame({"sample_id": ["a", "b"], "g": ["A", "B"]})
     p = pd.DataFrame({"sample_id": ["a"], "predicted": ["man"]})
     with pytest.raises(FairvisionError, match="no prediction for sample_id 'b'"):
-        compare_variants(data, p, p, ["g"], n_boot=10)
+        compare_variants(data, p, p, ["g"], settings=AuditSettings(n_boot=10))
 
 
 def test_write_variants_with_mask_files_and_boxes(tmp_path):
@@ -194,7 +197,7 @@ def test_clustered_mcnemar_hand_worked():
     data = pd.DataFrame({"sample_id": ids, "subject_id": subj, "g": "A"})
     first = pd.DataFrame({"sample_id": ids, "predicted": "man"})
     second = pd.DataFrame({"sample_id": ids, "predicted": ["unspecified"] * 16 + ["man"] * 10})
-    res = compare_variants(data, first, second, ["g"], labels=["unspecified"], n_boot=100)
+    res = compare_variants(data, first, second, ["g"], labels=["unspecified"], settings=AuditSettings(n_boot=100))
     row = res.changes.iloc[0]
     assert (row["b"], row["c"]) == (0, 16)
     assert row["statistic_subject"] == pytest.approx(2.0)
@@ -226,7 +229,8 @@ def test_compare_intersections_too_small_and_one_family():
     data, first, second = paired_predictions(seed=2)
     keep = ~((data["g1"] == "A") & (data["g2"] == "y") & (data["subject_id"] % 4 != 0))
     data = data[keep].reset_index(drop=True)
-    res = compare_variants(data, first, second, ["g1", "g2"], max_k=2, n_boot=100, correction="bonferroni")
+    res = compare_variants(data, first, second, ["g1", "g2"], max_k=2,
+                           settings=AuditSettings(n_boot=100, correction="bonferroni"))
     c = res.changes
     inter = c[c["attribute"] == "g1 × g2"]
     assert set(inter["group"]) == {"A × x", "A × y", "B × x", "B × y"}
@@ -251,7 +255,8 @@ def test_compare_intersections_too_small_and_one_family():
 
 def test_compare_report_section_has_forest_plot_and_findings():
     data, first, second = paired_predictions(seed=3)
-    res = compare_variants(data, first, second, ["g1"], n_boot=100, names=("original", "person_blur"))
+    res = compare_variants(data, first, second, ["g1"], names=("original", "person_blur"),
+                           settings=AuditSettings(n_boot=100))
     sec = compare_section(res)
     assert "changes" in sec.tables
     assert any(b["type"] == "figure" and b["name"] == "change_unspecified" for b in sec.blocks)
@@ -320,7 +325,7 @@ def test_compare_duplicate_sample_id_is_one_line():
     p = pd.DataFrame({"sample_id": ["a", "b"], "predicted": ["man", "woman"]})
     data.attrs["source"] = "s.csv"
     with pytest.raises(FairvisionError, match=r"s\.csv: row 3: sample_id 'a' appears twice"):
-        compare_variants(data, p, p, ["g"], n_boot=10)
+        compare_variants(data, p, p, ["g"], settings=AuditSettings(n_boot=10))
 
 
 @pytest.mark.parametrize("rule", ["drop", "keep"])
@@ -331,8 +336,9 @@ def test_compare_missing_rule(tmp_path, capsys, rule):
     first = pd.DataFrame({"sample_id": ids, "predicted": ["man"] * 16})
     second = pd.DataFrame({"sample_id": ids, "predicted": ["man"] * 4 + ["unspecified"] * 10 + ["woman"] * 2})
     with pytest.raises(FairvisionError, match=r"row 15: column 'g' is empty"):
-        compare_variants(data, first, second, ["g"], n_boot=10)
-    res = compare_variants(data, first, second, ["g"], missing=rule, n_boot=20, min_subjects=1)
+        compare_variants(data, first, second, ["g"], settings=AuditSettings(n_boot=10))
+    res = compare_variants(data, first, second, ["g"], samples=SampleOptions(missing=rule),
+                           settings=AuditSettings(n_boot=20, min_subjects=1))
     c = res.changes.set_index(["group", "label"])
     if rule == "drop":
         assert set(c.index.get_level_values(0)) == {"A", "B"} and "woman" not in res.labels

@@ -14,8 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairvision.audits.vlm_vqa import (STAGE, audit_vqa, load_questions, load_toxic_words, parse_answer,
-                                       parse_answers, toxic_pattern)
+from fairvision.audits.settings import AuditSettings
+from fairvision.audits.vlm.vqa import audit_vqa
+from fairvision.audits.vlm.vqa_asking import STAGE
+from fairvision.audits.vlm.vqa_parsing import (load_questions, load_toxic_words, parse_answer, parse_answers,
+                                               toxic_pattern)
 from fairvision.cli import main
 from fairvision.datasets.demo import load_demo
 from fairvision.errors import FairvisionError
@@ -120,7 +123,8 @@ def test_parse_answers_table_equals_row_by_row():
 def test_planted_toxic_gap_is_flagged_and_rates_match_pandas(faces):
     groups = dict(zip(faces["image_path"], faces["group"]))
     fn = planted_stub(groups, {"A": 0.1, "B": 0.6})
-    res = audit_vqa(faces, CallableVQA(fn, name="planted", image="path"), QS, ["group"], n_boot=300)
+    res = audit_vqa(faces, CallableVQA(fn, name="planted", image="path"), QS, ["group"],
+                    settings=AuditSettings(n_boot=300))
     r = res.rates.set_index(["group", "tone", "quantity"])
     row = r.loc[("B", "negative", "toxic")]
     assert row["flagged"] and row["difference"] > 0.3 and row["diff_ci_low"] > 0
@@ -151,7 +155,7 @@ def test_null_stub_flags_nothing_and_misgendering_is_counted(faces):
     groups = dict(zip(faces["image_path"], faces["group"]))
     fn = planted_stub(groups, {"A": 0.3, "B": 0.3})
     res = audit_vqa(faces, CallableVQA(fn, name="null", image="path"), QS, ["group", "gender"], max_k=2,
-                    gender_col="gender", n_boot=200)
+                    gender_col="gender", settings=AuditSettings(n_boot=200))
     r = res.rates
     assert r.loc[r["attribute"] == "group", "flagged"].sum() == 0  # the planted group makes no difference
     assert "group × gender" in set(r["attribute"])
@@ -181,18 +185,22 @@ def test_answers_are_cached_and_a_run_resumes(faces, tmp_path):
 
     store = ResultsStore(tmp_path / "store")
     with pytest.raises(FairvisionError, match="went away"):
-        audit_vqa(small, CallableVQA(breaks_after_20, name="s", image="path"), QS, ["group"], store=store, n_boot=20)
+        audit_vqa(small, CallableVQA(breaks_after_20, name="s", image="path"), QS, ["group"], store=store,
+                  settings=AuditSettings(n_boot=20))
     assert len(calls) == 20
     assert len(store.query(f"SELECT * FROM {STAGE}")) == 20  # what finished was kept
     calls.clear()
-    res = audit_vqa(small, CallableVQA(inner, name="s", image="path"), QS, ["group"], store=store, n_boot=20)
+    res = audit_vqa(small, CallableVQA(inner, name="s", image="path"), QS, ["group"], store=store,
+                    settings=AuditSettings(n_boot=20))
     assert len(calls) == 6 * 9 - 20 and res.meta["n_called"] == 34 and res.meta["n_from_store"] == 20
     calls.clear()
-    again = audit_vqa(small, CallableVQA(inner, name="s", image="path"), QS, ["group"], store=store, n_boot=20)
+    again = audit_vqa(small, CallableVQA(inner, name="s", image="path"), QS, ["group"], store=store,
+                      settings=AuditSettings(n_boot=20))
     assert calls == [] and again.meta["n_from_store"] == 54
     pd.testing.assert_frame_equal(res.answers.drop(columns="from_store"), again.answers.drop(columns="from_store"))
     # another adapter is a different key: asked again
-    audit_vqa(small, CallableVQA(inner, name="other", image="path"), QS, ["group"], store=store, n_boot=20)
+    audit_vqa(small, CallableVQA(inner, name="other", image="path"), QS, ["group"], store=store,
+              settings=AuditSettings(n_boot=20))
     assert len(calls) == 54
 
 
@@ -200,12 +208,12 @@ def test_precomputed_answers_need_known_questions_and_every_sample(faces):
     data = faces.iloc[:4]
     ans = pd.DataFrame({"sample_id": data["sample_id"].repeat(2).to_numpy(),
                         "question_id": ["neg_crime", "neu_job"] * 4, "answer": ["no", "a nurse"] * 4})
-    res = audit_vqa(data, None, QS, ["group"], answers=ans, n_boot=20)
+    res = audit_vqa(data, None, QS, ["group"], answers=ans, settings=AuditSettings(n_boot=20))
     assert res.meta["n_answers"] == 8 and res.meta["n_called"] == 0
     with pytest.raises(FairvisionError, match="row 1: question_id 'q9'"):
-        audit_vqa(data, None, QS, ["group"], answers=ans.assign(question_id="q9"), n_boot=20)
+        audit_vqa(data, None, QS, ["group"], answers=ans.assign(question_id="q9"), settings=AuditSettings(n_boot=20))
     with pytest.raises(FairvisionError, match="no answer for sample_id"):
-        audit_vqa(data, None, QS, ["group"], answers=ans.iloc[:6], n_boot=20)
+        audit_vqa(data, None, QS, ["group"], answers=ans.iloc[:6], settings=AuditSettings(n_boot=20))
 
 
 # --------------------------------------------------------------------------- HTTP adapter
@@ -274,8 +282,8 @@ def test_http_adapter_retries_5xx_and_reports_bad_replies(server, faces):
 
 def test_http_audit_end_to_end_with_workers(server, faces):
     data = faces.iloc[:4]
-    res = audit_vqa(data, OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m"), QS, ["group"], workers=3,
-                    n_boot=20)
+    res = audit_vqa(data, OpenAIChatVQA(f"http://127.0.0.1:{server.server_port}", "m"), QS, ["group"],
+                    settings=AuditSettings(workers=3, n_boot=20))
     assert len(server.requests) == 4 * 9 and res.meta["n_called"] == 36
     a = res.answers.merge(QS.questions[["question_id"]], on="question_id")
     assert (a["answer"] == "answer to " + res.answers["question"]).all()
@@ -390,7 +398,8 @@ def test_null_false_flag_rate_is_nominal_over_100_seeds_and_a_planted_effect_is_
     false_flags, p_all, p_one = 0, [], []
     for seed in range(100):
         data, ans = stub_answers(seed=seed)
-        r = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=20, seed=seed).rates
+        r = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2,
+                      settings=AuditSettings(n_boot=20, seed=seed)).rates
         false_flags += bool(r["flagged"].any())
         p_all.append(r["pvalue"].dropna().to_numpy())
         p_one.append(r.loc[(r["attribute"] == "g1") & (r["group"] == "A") & (r["tone"] == "negative")
@@ -407,7 +416,8 @@ def test_null_false_flag_rate_is_nominal_over_100_seeds_and_a_planted_effect_is_
     hits = 0
     for seed in range(10):  # toxic answers about 30 points more often for B
         data, ans = stub_answers(effect=2.5, seed=1000 + seed)
-        r = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=50, seed=seed).rates
+        r = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2,
+                      settings=AuditSettings(n_boot=50, seed=seed)).rates
         row = r.set_index(["attribute", "group", "tone", "quantity"]).loc[("g1", "B", "negative", "toxic")]
         hits += bool(row["flagged"]) and row["difference"] > 0
     assert hits >= 8
@@ -421,7 +431,7 @@ def test_answer_level_test_alone_would_not_be_nominal():
     naive, probe = [], []
     for seed in range(30):
         data, ans = stub_answers(seed=seed)
-        res = audit_vqa(data, None, QS, ["g1"], answers=ans, n_boot=10, seed=seed)
+        res = audit_vqa(data, None, QS, ["g1"], answers=ans, settings=AuditSettings(n_boot=10, seed=seed))
         r = res.rates[(res.rates["group"] == "A") & res.rates["pvalue"].notna()]
         a = res.answers.merge(data[["sample_id", "g1"]], on="sample_id")
         for row in r.itertuples(index=False):
@@ -444,7 +454,8 @@ def test_intersections_small_groups_and_one_family():
     keep = ~((data["g1"] == "A") & (data["g2"] == "y") & (data["subject_id"] % 5 != 0))
     data = data[keep].reset_index(drop=True)
     ans = ans[ans["sample_id"].isin(data["sample_id"])]
-    res = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=50, correction="bonferroni")
+    res = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2,
+                    settings=AuditSettings(n_boot=50, correction="bonferroni"))
     r = res.rates
     assert set(r["attribute"]) == {"g1", "g2", "g1 × g2"}
     inter = r[r["attribute"] == "g1 × g2"]
@@ -475,10 +486,11 @@ def test_intersections_small_groups_and_one_family():
     sec = vlm_vqa_section(res)
     assert "too_small" in sec.tables and any("too small" in b.get("text", "") for b in sec.blocks)
     # a lower threshold tests the cell
-    low = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2, n_boot=20, min_subjects=2).rates
+    low = audit_vqa(data, None, QS, ["g1", "g2"], answers=ans, max_k=2,
+                    settings=AuditSettings(n_boot=20, min_subjects=2)).rates
     assert not low["too_small"].any() and low.loc[low["group"] == "A × y", "pvalue"].notna().any()
     with pytest.raises(FairvisionError, match="min_subjects"):
-        audit_vqa(data, None, QS, ["g1"], answers=ans, min_subjects=0)
+        audit_vqa(data, None, QS, ["g1"], answers=ans, settings=AuditSettings(min_subjects=0))
 
 
 def test_cli_intersections_and_min_subjects(tmp_path, capsys):
@@ -572,7 +584,7 @@ def test_cli_broken_server_and_bad_timeout_exit_2(faces, tmp_path, capsys):
             assert "\n" not in err and "--timeout must be a positive" in err
     finally:
         srv.close()
-    with pytest.raises(FairvisionError, match="--timeout"):
+    with pytest.raises(FairvisionError, match="^timeout must be a positive"):
         OpenAIChatVQA("http://127.0.0.1:1", "m", timeout=0)
 
 
@@ -580,18 +592,18 @@ def test_two_lambdas_do_not_share_stored_answers(faces, tmp_path):
     small = faces.iloc[:2]
     store = ResultsStore(tmp_path / "store")
     yes, no = (lambda img, q: "yes"), (lambda img, q: "no")
-    a = audit_vqa(small, yes, QS, ["group"], store=store, n_boot=10)
-    b = audit_vqa(small, no, QS, ["group"], store=store, n_boot=10)
+    a = audit_vqa(small, yes, QS, ["group"], store=store, settings=AuditSettings(n_boot=10))
+    b = audit_vqa(small, no, QS, ["group"], store=store, settings=AuditSettings(n_boot=10))
     assert set(a.answers["answer"]) == {"yes"} and set(b.answers["answer"]) == {"no"}
     assert b.meta["n_called"] == 18 and b.meta["n_from_store"] == 0
 
     def factory(word):
         return lambda img, q: word
-    c1 = audit_vqa(small, factory("cat"), QS, ["group"], store=store, n_boot=10)
-    c2 = audit_vqa(small, factory("dog"), QS, ["group"], store=store, n_boot=10)
+    c1 = audit_vqa(small, factory("cat"), QS, ["group"], store=store, settings=AuditSettings(n_boot=10))
+    c2 = audit_vqa(small, factory("dog"), QS, ["group"], store=store, settings=AuditSettings(n_boot=10))
     assert set(c1.answers["answer"]) == {"cat"} and set(c2.answers["answer"]) == {"dog"}
     # the same function again reads the store
-    again = audit_vqa(small, factory("dog"), QS, ["group"], store=store, n_boot=10)
+    again = audit_vqa(small, factory("dog"), QS, ["group"], store=store, settings=AuditSettings(n_boot=10))
     assert again.meta["n_called"] == 0 and set(again.answers["answer"]) == {"dog"}
     # a nested function whose own code differs changes the identity too
     def outer_a(img, q):
@@ -615,12 +627,15 @@ def test_unidentifiable_callable_needs_a_name_for_the_store(faces, tmp_path):
             return "ok"
     small = faces.iloc[:2]
     with pytest.raises(FairvisionError, match=r"cannot identify the function reliably.*name="):
-        audit_vqa(small, Model(), QS, ["group"], store=tmp_path / "store", n_boot=10)
+        audit_vqa(small, Model(), QS, ["group"], store=tmp_path / "store", settings=AuditSettings(n_boot=10))
     obj = object()
     with pytest.raises(FairvisionError, match="name="):
-        audit_vqa(small, lambda img, q, o=obj: "ok", QS, ["group"], store=tmp_path / "store", n_boot=10)
-    assert audit_vqa(small, Model(), QS, ["group"], n_boot=10).meta["n_called"] == 18  # no store: fine
-    res = audit_vqa(small, CallableVQA(Model(), name="model-v1"), QS, ["group"], store=tmp_path / "store", n_boot=10)
+        audit_vqa(small, lambda img, q, o=obj: "ok", QS, ["group"], store=tmp_path / "store",
+                  settings=AuditSettings(n_boot=10))
+    assert audit_vqa(small, Model(), QS, ["group"],
+                     settings=AuditSettings(n_boot=10)).meta["n_called"] == 18  # no store: fine
+    res = audit_vqa(small, CallableVQA(Model(), name="model-v1"), QS, ["group"], store=tmp_path / "store",
+                    settings=AuditSettings(n_boot=10))
     assert res.meta["n_called"] == 18
 
 
@@ -628,7 +643,7 @@ def test_empty_toxic_list_is_an_error_and_hyphens(faces):
     with pytest.raises(FairvisionError, match="toxic keyword list is empty"):
         toxic_pattern([])
     with pytest.raises(FairvisionError, match="toxic keyword list is empty"):
-        audit_vqa(faces.iloc[:2], lambda i, q: "", QS, ["group"], toxic_words=[], n_boot=10)
+        audit_vqa(faces.iloc[:2], lambda i, q: "", QS, ["group"], toxic_words=[], settings=AuditSettings(n_boot=10))
     p = toxic_pattern(["drug dealer", "violent"])
     assert p.search("a drug-dealer") and p.search("drug - dealer") and p.search("drug \n dealer")
     assert not p.search("a non-violent protest") and not p.search("anti-violent")
@@ -721,7 +736,8 @@ def test_finished_answers_are_kept_when_a_worker_fails(faces, tmp_path):
         return "fine"
     store = ResultsStore(tmp_path / "store")
     with pytest.raises(FairvisionError, match="went away"):
-        audit_vqa(small, CallableVQA(fn, name="f", image="path"), QS, ["group"], store=store, workers=4, n_boot=10)
+        audit_vqa(small, CallableVQA(fn, name="f", image="path"), QS, ["group"], store=store,
+                  settings=AuditSettings(workers=4, n_boot=10))
     kept = store.query(f"SELECT * FROM {STAGE}")
     # the one failing question waits until every other answer is in: all 26 are kept, none lost
     assert len(kept) == 3 * 9 - 1
@@ -730,7 +746,7 @@ def test_finished_answers_are_kept_when_a_worker_fails(faces, tmp_path):
 def test_two_groups_are_one_test_in_the_correction_family():
     """g1 has two groups: "A vs rest" is "B vs rest"; the correction counts it once (docs/METHODS.md §12.3)."""
     data, ans = stub_answers(effect=2.5, seed=3)
-    r = audit_vqa(data, None, QS, ["g1"], answers=ans, n_boot=20, correction="bonferroni").rates
+    r = audit_vqa(data, None, QS, ["g1"], answers=ans, settings=AuditSettings(n_boot=20, correction="bonferroni")).rates
     a = r[r["group"] == "A"].set_index(["tone", "quantity"])
     b = r[r["group"] == "B"].set_index(["tone", "quantity"]).loc[a.index]
     tested = a["pvalue"].notna()
@@ -739,7 +755,7 @@ def test_two_groups_are_one_test_in_the_correction_family():
     m = int(tested.sum())
     np.testing.assert_allclose(a.loc[tested, "pvalue_adjusted"], np.minimum(1, a.loc[tested, "pvalue"] * m))
     np.testing.assert_allclose(b.loc[tested, "pvalue_adjusted"], a.loc[tested, "pvalue_adjusted"])
-    res = audit_vqa(data, None, QS, ["g1"], answers=ans, n_boot=20)
+    res = audit_vqa(data, None, QS, ["g1"], answers=ans, settings=AuditSettings(n_boot=20))
     assert res.quantities()["n_flagged"] == int((res.rates["flagged"] & res.rates["same_test_as"].isna()).sum())
 
 

@@ -21,3 +21,12 @@ class InputFileError(FairvisionError):
 
 class ColumnError(FairvisionError):
     """A missing or invalid column in a table."""
+
+
+class ParameterError(FairvisionError):
+    """An invalid value of a library parameter. The message starts with the parameter's name
+    (``"alpha must be between 0 and 1, not 1.5"``); the command line shows the option's flag instead."""
+
+    def __init__(self, parameter: str, message: str):
+        self.parameter = parameter
+        super().__init__(f"{parameter} {message}")

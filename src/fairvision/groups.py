@@ -27,8 +27,9 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.io.tables import SUBJECT_ID
+from fairvision.io.validate import require_columns
 from fairvision.schema import Attribute, Membership, Schema
 
 #: separator of the attribute names and of the values in an intersection's display label
@@ -239,9 +240,9 @@ def intersections(
         of a row's values.
     """
     if not attributes:
-        raise FairvisionError("give at least one attribute (--attr)")
+        raise ParameterError("attributes", "is empty: give at least one attribute")
     if max_k < 1:
-        raise FairvisionError("max_k must be at least 1")
+        raise ParameterError("max_k", "must be at least 1")
     ms = memberships(data, attributes, schema, source=source)
     out = []
     for k in range(1, min(int(max_k), len(ms)) + 1):
@@ -260,8 +261,7 @@ def subject_codes(data: pd.DataFrame, subject_col: str | None, *, source: str = 
     """
     if subject_col is None:
         return np.arange(len(data), dtype=np.int64) if rows_as_subjects else None
-    if subject_col not in data.columns:
-        raise ColumnError(f"{source}: no subject column {subject_col!r}; columns are {', '.join(map(str, data.columns))}")
+    require_columns(data, [subject_col], source=source, what="subject column")
     s = data[subject_col]
     miss = s.isna().to_numpy()
     if miss.any():

@@ -221,7 +221,7 @@ class Attribute:
         if n > MAX_NUMERIC_CATEGORIES:
             raise ColumnError(
                 f"{source}: column {self.source!r} has {n} distinct numeric values, too many to be groups; give bins "
-                f'in a --schema file (e.g. {{"attributes": {{"{self.name}": {{"column": "{self.source}", '
+                f'in a schema file (e.g. {{"attributes": {{"{self.name}": {{"column": "{self.source}", '
                 f'"bins": [...], "labels": [...]}}}}}}) or use a categorical column')
 
     def _binned(self, series: pd.Series, source: str) -> pd.Series:

@@ -17,16 +17,18 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.groups import combine, memberships
 from fairvision.schema import Schema
 from fairvision.stats.chisquare import chi2_test
-from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.proportions import wilson_interval
 
 
 @dataclass
-class Coverage:
-    """Success rate of a measurement step per group, with tests of equal rates."""
+class Coverage(SettingsView):
+    """Success rate of a measurement step per group, with tests of equal rates; ``settings`` are the settings
+    it ran with (``correction`` is also an attribute)."""
 
     step: str
     overall: float
@@ -34,7 +36,7 @@ class Coverage:
     by_group: pd.DataFrame
     tests: pd.DataFrame
     findings: list[str] = field(default_factory=list)
-    correction: str = DEFAULT_CORRECTION
+    settings: AuditSettings = DEFAULT_SETTINGS
 
     def to_frame(self) -> pd.DataFrame:
         return self.by_group
@@ -47,19 +49,34 @@ def coverage_by_group(
     *,
     schema: Schema | None = None,
     step: str = "measurement",
-    level: float = 0.95,
-    alpha: float = 0.05,
-    correction: str = DEFAULT_CORRECTION,
+    settings: AuditSettings | None = None,
 ) -> Coverage:
     """Rate of successful measurement per group of each attribute.
 
     For each attribute a chi-square test of independence between success and
     group (Fisher's exact test for 2 x 2 tables), corrected for multiplicity
-    over the attributes (``correction``: ``"none"``, ``"bonferroni"``,
-    ``"holm"`` or ``"bh"``), tells whether the rates differ more than chance
+    over the attributes, tells whether the rates differ more than chance
     allows. The tests table has ``statistic`` (X^2), ``pvalue`` and
     ``pvalue_adjusted``.
+
+    Parameters
+    ----------
+    data : pandas.DataFrame
+        One row per image, with the attribute columns.
+    ok : str or array of bool
+        Column (or values) saying whether the step succeeded for each row.
+    attributes : sequence of str
+        Attributes that define the groups.
+    schema : Schema, optional
+    step : str
+        Name of the measurement step in the findings.
+    settings : AuditSettings, optional
+        Uses ``level`` (Wilson intervals, docs/METHODS.md §4.4), ``correction``
+        (over the attributes, docs/METHODS.md §4.3) and ``alpha``. Default:
+        ``AuditSettings()``.
     """
+    settings = settings or DEFAULT_SETTINGS
+    level, alpha, correction = settings.level, settings.alpha, settings.correction
     okv = np.asarray(data[ok] if isinstance(ok, str) else ok).astype(bool)
     rows, tests, findings = [], [], []
     for m in memberships(data, attributes, schema):
@@ -93,4 +110,4 @@ def coverage_by_group(
             f"Measurements built on it under-represent that group."
         )
     return Coverage(step, float(okv.mean()) if len(okv) else np.nan, int(len(okv)), by_group, tests_df.set_index("attribute"),
-                    findings, correction)
+                    findings, settings)

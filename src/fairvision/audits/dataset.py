@@ -19,19 +19,21 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fairvision.errors import FairvisionError
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.groups import combine, count_table, intersection_summary, intersections, memberships, subject_codes
 from fairvision.io.tables import SUBJECT_ID, validate_sample_table
 from fairvision.schema import Schema
 from fairvision.stats import association, representation
-from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.diversity import vendi_score
 from fairvision.stats.resample import bias_corrected_ci, bootstrap_counts, count_shares, percentile_ci
 
 
 @dataclass
-class DatasetAudit:
-    """Result of :func:`audit_dataset`. Every table is a tidy DataFrame."""
+class DatasetAudit(SettingsView):
+    """Result of :func:`audit_dataset`. Every table is a tidy DataFrame; ``settings`` are the settings the audit
+    ran with (``min_subjects``, ``n_boot``, ``level`` and ``correction`` are also attributes)."""
 
     n_samples: int
     n_subjects: int | None
@@ -43,13 +45,10 @@ class DatasetAudit:
     representation: pd.DataFrame
     association: pd.DataFrame
     npmi: dict[tuple[str, str], pd.DataFrame]
-    min_subjects: int
-    n_boot: int
-    level: float
+    settings: AuditSettings
     warnings: list[str] = field(default_factory=list)
     diversity: pd.DataFrame | None = None
     gates: list[dict] = field(default_factory=list)
-    correction: str = DEFAULT_CORRECTION
 
     def quantities(self) -> dict[str, float]:
         """Named numbers for ``--fail-if`` gates (see :mod:`fairvision.audits.gates`).
@@ -100,13 +99,9 @@ def audit_dataset(
     target: str | None = None,
     subject_col: str | None = None,
     max_k: int = 2,
-    min_subjects: int = 10,
-    n_boot: int = 1000,
-    level: float = 0.95,
     ci_max_k: int = 1,
-    seed: int = 0,
     embeddings: np.ndarray | None = None,
-    correction: str = DEFAULT_CORRECTION,
+    settings: AuditSettings | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DatasetAudit:
     """Audit the composition of a sample table.
@@ -130,21 +125,19 @@ def audit_dataset(
         minimum group size.
     max_k : int
         Largest intersection size.
-    min_subjects : int
-        Groups with fewer subjects are flagged as too small to judge (FHIBE
-        keeps groups with at least 10 subjects; docs/METHODS.md §3.3).
-    n_boot, level, ci_max_k : bootstrap settings; CIs are computed for
-        attribute sets of size up to ``ci_max_k`` (0 disables them).
-    seed : int
-        Randomness of the bootstrap.
+    ci_max_k : int
+        Bootstrap CIs are computed for attribute sets of size up to
+        ``ci_max_k`` (0 disables them).
     embeddings : array (n_rows, d), optional
         Image embeddings aligned with the table's rows; adds the Vendi score
         (visual diversity, FHIBE; docs/METHODS.md §5.3) of the whole set and
         of every group.
-    correction : str
-        Multiple-testing correction of the association tests over the
-        attribute pairs: ``"none"``, ``"bonferroni"``, ``"holm"`` or ``"bh"``
-        (docs/METHODS.md §4.3).
+    settings : AuditSettings, optional
+        Uses ``min_subjects`` (groups with fewer subjects are flagged as too
+        small to judge; FHIBE keeps groups with at least 10 subjects,
+        docs/METHODS.md §3.3), ``n_boot``, ``level`` and ``seed`` (the subject
+        bootstrap) and ``correction`` (of the association tests over the
+        attribute pairs, docs/METHODS.md §4.3). Default: ``AuditSettings()``.
     progress : callable, optional
         Called with a short message at each step.
 
@@ -154,11 +147,12 @@ def audit_dataset(
         ``association`` has columns ``nmi``, ``statistic`` (X^2), ``df``,
         ``pvalue``, ``cramers_v``, ``min_expected``, ``pvalue_adjusted``.
     """
+    settings = settings or DEFAULT_SETTINGS
     source = data.attrs.get("source", "table")
     validate_sample_table(data, source=source)
     attributes = list(attributes)
     if not attributes:
-        raise FairvisionError("give at least one attribute (--attr COLUMN)")
+        raise ParameterError("attributes", "is empty: give at least one attribute")
     if target is not None and target in attributes:
         raise FairvisionError(f"{target!r} is both an attribute and the target")
     if subject_col is None and SUBJECT_ID in data.columns:
@@ -169,54 +163,93 @@ def audit_dataset(
     say("grouping")
     subj = subject_codes(data, subject_col, source=source)
     n = len(data)
-    n_subj = int(subj.max()) + 1 if subj is not None else None
-
-    groups: dict[tuple[str, ...], pd.DataFrame] = {}
-    rep_rows = []
-    warnings: list[str] = []
     attr_names = [schema.get(x).name for x in attributes]
     inters = intersections(data, attr_names, max_k, schema, source=source, max_declared=None)
+    groups, representation_df = _group_tables(inters, subj, n, ci_max_k, settings, say)
+    summary = intersection_summary(groups, min_subjects=settings.min_subjects)
+    warnings = _size_warnings(groups, "subjects" if subject_col else "samples", settings.min_subjects)
+
+    say("association")
+    pairs = [(a, b, "attributes") for i, a in enumerate(attr_names) for b in attr_names[i + 1:]]
+    pairs += [(a, schema.get(target).name, "target") for a in attr_names] if target else []
+    built = {inter.names: inter for inter in inters}
+    assoc, npmi_tables = _associations(data, pairs, built, schema, settings.correction, warnings, source)
+
+    diversity = None
+    if embeddings is not None:
+        say("diversity")
+        diversity = _diversity(embeddings, n, [built[(a,)] for a in attr_names], settings.min_subjects)
+
+    return DatasetAudit(
+        n_samples=n,
+        n_subjects=int(subj.max()) + 1 if subj is not None else None,
+        attributes=attr_names,
+        target=target,
+        subject_col=subject_col,
+        groups=groups,
+        summary=summary,
+        representation=representation_df,
+        association=assoc,
+        npmi=npmi_tables,
+        settings=settings,
+        warnings=warnings,
+        diversity=diversity,
+    )
+
+
+def _group_tables(inters, subj, n: int, ci_max_k: int, settings: AuditSettings, say):
+    """Count table of every attribute set (with share CIs and ``too_small``) and its representation row
+    (NSD, evenness, ...; with bias-corrected bootstrap CIs for sets of up to ``ci_max_k`` attributes)."""
+    groups: dict[tuple[str, ...], pd.DataFrame] = {}
+    rep_rows = []
     for inter in inters:
         frame = count_table(inter, subj)
         ns = frame["n_samples"].to_numpy()
         row = {"attributes": " × ".join(inter.names), "k": inter.k}
         row.update(representation.representation_summary(ns))
-        if inter.k <= ci_max_k and n_boot > 0:
+        if inter.k <= ci_max_k and settings.n_boot > 0:
             say(f"bootstrap {row['attributes']}")
-            reps = bootstrap_counts(inter.rows, inter.codes, inter.n_cells, n, subj, n_boot, seed)
+            reps = bootstrap_counts(inter.rows, inter.codes, inter.n_cells, n, subj, settings.n_boot, settings.seed)
             for mname, fn in representation.METRICS.items():
                 vals = fn(reps)
                 row[f"{mname}_ci_low"], row[f"{mname}_ci_high"] = bias_corrected_ci(
-                    vals, row[mname], level, representation.BOUNDS[mname](inter.n_cells)
+                    vals, row[mname], settings.level, representation.BOUNDS[mname](inter.n_cells)
                 )
-            frame["share_ci_low"], frame["share_ci_high"] = percentile_ci(count_shares(reps), level)
+            frame["share_ci_low"], frame["share_ci_high"] = percentile_ci(count_shares(reps), settings.level)
         size = frame["n_subjects"] if "n_subjects" in frame.columns else frame["n_samples"]
-        frame["too_small"] = size.to_numpy() < min_subjects
+        frame["too_small"] = size.to_numpy() < settings.min_subjects
         groups[inter.names] = frame
         rep_rows.append(row)
-    representation_df = pd.DataFrame(rep_rows).set_index("attributes")
-    summary = intersection_summary(groups, min_subjects=min_subjects)
+    return groups, pd.DataFrame(rep_rows).set_index("attributes")
 
-    for names_, t in groups.items():
-        label = " × ".join(names_)
+
+def _size_warnings(groups: dict[tuple[str, ...], pd.DataFrame], unit: str, min_subjects: int) -> list[str]:
+    """One warning per attribute set with empty declared groups, and one with groups too small to judge."""
+    warnings = []
+    for names, t in groups.items():
+        label = " × ".join(names)
         empty = int((t["n_samples"] == 0).sum())
         small = int((t["too_small"] & (t["n_samples"] > 0)).sum())
         if empty:
             warnings.append(f"{label}: {empty} of {len(t)} declared groups have no samples.")
         if small:
-            unit = "subjects" if subject_col else "samples"
             warnings.append(f"{label}: {small} non-empty groups have fewer than {min_subjects} {unit}; too small to judge.")
+    return warnings
 
-    say("association")
-    assoc_rows = []
+
+ASSOCIATION_COLUMNS = ["x", "y", "role", "nmi", "statistic", "df", "pvalue", "cramers_v", "min_expected"]
+
+
+def _associations(data, pairs, built, schema, correction, warnings, source):
+    """NMI, chi-square with Cramér's V (p-values corrected over the pairs) and the NPMI table of every
+    ``(x, y, role)`` pair of attribute names (role ``"attributes"`` or ``"target"``); appends the chi-square
+    caveats to ``warnings``. ``built`` holds the intersections already made, by their names."""
+    n = len(data)
+    rows = []
     npmi_tables: dict[tuple[str, str], pd.DataFrame] = {}
-    pairs = [(a, b) for i, a in enumerate(attributes) for b in attributes[i + 1:]]
-    pairs += [(a, target) for a in attributes] if target else []
     # the two-way intersections are already built; only pairs with the target (or max_k = 1) need memberships
-    built = {inter.names: inter for inter in inters}
     ms = {}
-    for x, y in pairs:
-        xn, yn = schema.get(x).name, schema.get(y).name
+    for xn, yn, role in pairs:
         comb = built.get((xn, yn))
         if comb is None:
             for name in (xn, yn):
@@ -227,7 +260,7 @@ def audit_dataset(
         ct = np.bincount(comb.codes, minlength=comb.n_cells).reshape(len(lx), len(ly)).astype(float)
         ct_df = pd.DataFrame(ct, index=pd.Index(lx, name=xn), columns=pd.Index(ly, name=yn))
         npmi_tables[(xn, yn)] = association.npmi(ct_df, xn, yn)
-        row = {"x": xn, "y": yn, "role": "target" if y == target else "attributes", "nmi": association.nmi(ct_df, xn, yn)}
+        row = {"x": xn, "y": yn, "role": role, "nmi": association.nmi(ct_df, xn, yn)}
         try:
             chi = association.chi2_independence(ct_df, xn, yn)
             row.update(statistic=chi.statistic, df=chi.df, pvalue=chi.pvalue, cramers_v=chi.cramers_v,
@@ -238,35 +271,12 @@ def audit_dataset(
         except FairvisionError as exc:
             row.update(statistic=np.nan, df=np.nan, pvalue=np.nan, cramers_v=np.nan, min_expected=np.nan)
             warnings.append(str(exc))
-        assoc_rows.append(row)
-    assoc = pd.DataFrame(assoc_rows, columns=["x", "y", "role", "nmi", "statistic", "df", "pvalue", "cramers_v", "min_expected"])
+        rows.append(row)
+    assoc = pd.DataFrame(rows, columns=ASSOCIATION_COLUMNS)
     if len(assoc):
         assoc["pvalue_adjusted"] = adjust_pvalues(assoc["pvalue"].to_numpy(), correction)
         assoc = assoc.set_index(["x", "y"])
-
-    diversity = None
-    if embeddings is not None:
-        say("diversity")
-        diversity = _diversity(embeddings, n, [built[(a,)] for a in attr_names], min_subjects)
-
-    return DatasetAudit(
-        n_samples=n,
-        n_subjects=n_subj,
-        attributes=[schema.get(a).name for a in attributes],
-        target=target,
-        subject_col=subject_col,
-        groups=groups,
-        summary=summary,
-        representation=representation_df,
-        association=assoc,
-        npmi=npmi_tables,
-        min_subjects=min_subjects,
-        n_boot=n_boot,
-        level=level,
-        warnings=warnings,
-        diversity=diversity,
-        correction=correction,
-    )
+    return assoc, npmi_tables
 
 
 def _diversity(embeddings: np.ndarray, n: int, one_way, min_size: int) -> pd.DataFrame:

@@ -43,7 +43,7 @@ def parse_condition(text: str) -> Condition:
     """
     m = _COND.match(str(text))
     if not m:
-        raise FairvisionError(f"--fail-if {text!r}: expected NAME OP NUMBER, e.g. 'disparity>0.2' (OP: > >= < <= == !=)")
+        raise FairvisionError(f"condition {text!r}: expected NAME OP NUMBER, e.g. 'disparity>0.2' (OP: > >= < <= == !=)")
     return Condition(m.group(1), m.group(2), float(m.group(3)), str(text).strip())
 
 
@@ -75,11 +75,11 @@ def evaluate_conditions(conditions: Sequence[str | Condition], quantities: Mappi
         if cond.name not in quantities:
             base = sorted(k for k in quantities if k.count(".") <= 1)
             shown = ", ".join(base[:20]) + (", ..." if len(base) > 20 else "")
-            raise FairvisionError(f"--fail-if {cond.text!r}: unknown quantity {cond.name!r}; known: {shown}")
+            raise FairvisionError(f"condition {cond.text!r}: unknown quantity {cond.name!r}; known: {shown}")
         v = float(quantities[cond.name])
         if nan == "error" and math.isnan(v):
             # a gate that cannot be evaluated must not pass silently (exit 2: the input cannot answer it)
-            raise FairvisionError(f"--fail-if {cond.text!r}: {cond.name} is not defined for this input (NaN, e.g. "
+            raise FairvisionError(f"condition {cond.text!r}: {cond.name} is not defined for this input (NaN, e.g. "
                                   "no group large enough to judge or nothing to compare); the gate cannot be "
                                   "evaluated")
         out.append({"condition": cond.text, "name": cond.name, "value": v, "holds": cond.holds(v)})

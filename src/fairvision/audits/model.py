@@ -35,17 +35,17 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from fairvision.io.validate import require_columns
 from fairvision.audits.gates import quantity_key
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.groups import Intersection, group_label, intersections, resolve_attributes, sparse_membership, subject_codes
 from fairvision.io.scores import class_labels, metric_values
 from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs, tar_at_far_by_group
 from fairvision.schema import Attribute, Schema
-from fairvision.stats.corrections import DEFAULT_CORRECTION
-from fairvision.stats.corrections import METHODS as CORRECTIONS
 from fairvision.stats.groupwise import cluster_means, group_summary
 from fairvision.stats.multiclass import ODResult, overall_disparity_ci
-from fairvision.stats.pairwise import pairwise_mannwhitney
+from fairvision.stats.pairwise import TOP_DISPARITY_COLUMNS, pairwise_mannwhitney, significance_summary, top_disparity_row
 from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 
 
@@ -78,7 +78,7 @@ def group_estimates(values: np.ndarray, inter: Intersection, subjects: np.ndarra
 # -- results ----------------------------------------------------------------------------------------------------
 
 @dataclass
-class ModelAuditResult:
+class ModelAuditResult(SettingsView):
     """Everything the model audit found. Tables are tidy DataFrames.
 
     Attributes
@@ -105,11 +105,7 @@ class ModelAuditResult:
     metrics: list[str]
     attributes: list[str]
     lower_is_better: list[str]
-    min_subjects: int
-    correction: str
-    alpha: float
-    level: float
-    n_boot: int
+    settings: AuditSettings
     n_samples: int
     n_subjects: int
     subject_col: str | None
@@ -218,20 +214,6 @@ def _summary_row(metric: str, inter: str, table: pd.DataFrame, reps: np.ndarray,
     return row
 
 
-def _significant(pw: pd.DataFrame | None) -> pd.DataFrame | None:
-    return pw[pw["significant"].astype(bool)] if pw is not None and len(pw) else None
-
-
-def significance_summary(pw: pd.DataFrame | None) -> tuple[int, float]:
-    """``(n_significant, disparity)`` of one pairwise table (docs/METHODS.md §6.3): the number of pairs flagged
-    ``significant`` and the largest D among them (0.0 when none or all D are missing)."""
-    sig = _significant(pw)
-    if sig is None or not len(sig):
-        return 0, 0.0
-    d = sig["disparity"].astype(float)
-    return int(len(sig)), float(d.max()) if d.notna().any() else 0.0
-
-
 def audit_model(
     data: pd.DataFrame,
     metrics: Sequence[str],
@@ -240,12 +222,7 @@ def audit_model(
     subject_col: str | None = "subject_id",
     lower_is_better: Iterable[str] = (),
     max_k: int = 1,
-    min_subjects: int = 10,
-    correction: str = DEFAULT_CORRECTION,
-    alpha: float = 0.05,
-    n_boot: int = 1000,
-    level: float = 0.95,
-    seed: np.random.Generator | int | None = 0,
+    settings: AuditSettings | None = None,
     true_col: str | None = None,
     pred_col: str | None = None,
     schema: Schema | None = None,
@@ -271,16 +248,10 @@ def audit_model(
         Metrics where lower is better (errors, LPIPS): worst and best swap.
     max_k : int
         Largest intersection size (1 = single attributes only).
-    min_subjects : int
-        Groups with fewer subjects are reported as too small and not compared
-        (FHIBE: 10; docs/METHODS.md §3.3).
-    correction : {"holm", "bonferroni", "bh", "none"}
-        Applied within each metric and attribute/intersection (default Holm;
-        the FHIBE paper used Bonferroni).
-    alpha : float
-        Significance level for the corrected p-values.
-    n_boot, level, seed
-        Cluster bootstrap replicates, CI level, randomness.
+    settings : AuditSettings, optional
+        ``min_subjects`` (smaller groups are reported as too small and not compared; FHIBE: 10;
+        docs/METHODS.md §3.3), ``correction`` (within each metric and attribute/intersection; the FHIBE
+        paper used Bonferroni) at ``alpha``, and the cluster bootstrap's ``n_boot``, ``level`` and ``seed``.
     true_col, pred_col : str, optional
         True and predicted class columns: adds the recall matrix, ID and OD
         with a bootstrap CI for every attribute/intersection.
@@ -300,24 +271,19 @@ def audit_model(
     -------
     ModelAuditResult
     """
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}")
-    if min_subjects < 1:
-        raise FairvisionError("--min-subjects must be at least 1")
+    settings = settings or DEFAULT_SETTINGS
     if test_unit not in ("subject", "sample"):
-        raise FairvisionError(f"test unit must be 'subject' or 'sample', not {test_unit!r}")
-    if not 0 < level < 1:
-        raise FairvisionError("CI level must be between 0 and 1")
+        raise ParameterError("test_unit", f"must be 'subject' or 'sample', not {test_unit!r}")
     metrics = list(dict.fromkeys(metrics))
     if not metrics and true_col is None:
-        raise FairvisionError("model audit: give at least one metric column (--metric) or true/predicted classes")
+        raise ParameterError("metrics", "is empty: give at least one metric column or the true and predicted class columns")
     values = {m: metric_values(data, m, source=source) for m in metrics}
     lower = set(lower_is_better)
     unknown = lower - set(metrics)
     if unknown:
-        raise FairvisionError(f"--lower-is-better names {sorted(unknown)[0]!r}, which is not a metric column")
+        raise ParameterError("lower_is_better", f"names {sorted(unknown)[0]!r}, which is not a metric column")
     if not attributes:
-        raise FairvisionError("model audit: give at least one attribute (--attr)")
+        raise ParameterError("attributes", "is empty: give at least one attribute")
     attrs = resolve_attributes(attributes, schema)
     if subject_col is not None and subject_col not in data.columns:
         if subject_col != "subject_id":
@@ -327,10 +293,11 @@ def audit_model(
     subjects = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
     n_subj_total = int(subjects.max()) + 1
     inters = intersections(data, attrs, max(1, int(max_k)), source=source)
-    weights = cluster_bootstrap_weights(n_subj_total, n_boot, seed) if n_boot > 0 else np.zeros((0, n_subj_total))
+    n_boot, level, min_subjects = settings.n_boot, settings.level, settings.min_subjects
+    weights = (cluster_bootstrap_weights(n_subj_total, n_boot, settings.seed) if n_boot > 0
+               else np.zeros((0, n_subj_total)))
     res = ModelAuditResult(metrics=metrics, attributes=[a.name for a in attrs], lower_is_better=sorted(lower),
-                           min_subjects=min_subjects, correction=correction, alpha=alpha, level=level, n_boot=n_boot,
-                           n_samples=len(data), n_subjects=n_subj_total, subject_col=subject_col, test_unit=test_unit,
+                           settings=settings, n_samples=len(data), n_subjects=n_subj_total, subject_col=subject_col, test_unit=test_unit,
                            intersections=[i.name for i in inters])
     labels = {inter.name: inter.display_labels() for inter in inters}
     rows, tops = [], []
@@ -340,49 +307,24 @@ def audit_model(
             table, reps = group_estimates(values[m], inter, subjects, weights, min_subjects=min_subjects, level=level)
             res.groups[(m, inter.name)] = table
             x, codes, subj = _test_units(values[m], inter, subjects, test_unit)
-            pw = pairwise_mannwhitney(x, labels[inter.name][codes], correction, higher_is_better=higher,
-                                      min_size=min_subjects, subjects=subj, alpha=alpha)
+            pw = pairwise_mannwhitney(x, labels[inter.name][codes], settings.correction, higher_is_better=higher,
+                                      min_size=min_subjects, subjects=subj, alpha=settings.alpha)
             res.pairwise[(m, inter.name)] = pw
             rows.append(_summary_row(m, inter.name, table, reps, pw, higher, level))
-            top = top_pair(m, inter.name, inter.k, pw)
+            top = top_disparity_row(m, inter.name, inter.k, pw)
             if top is not None:
                 tops.append(top)
             if progress:
                 progress(f"{m} by {inter.name}")
     res.summary = pd.DataFrame(rows)
-    res.top_disparities = (pd.DataFrame(tops, columns=TOP_COLUMNS)
+    res.top_disparities = (pd.DataFrame(tops, columns=TOP_DISPARITY_COLUMNS)
                            .sort_values(["disparity", "pvalue"], ascending=[False, True], kind="stable")
                            .reset_index(drop=True))
     if true_col is not None or pred_col is not None:
-        res.od = _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects, n_boot, level, seed, source)
+        res.od = _od_by_intersection(data, inters, subjects, true_col, pred_col, settings, source)
         if progress:
             progress("overall disparity")
     return res
-
-
-#: columns of :attr:`ModelAuditResult.top_disparities`
-TOP_COLUMNS = ["metric", "intersection", "k", "disparity", "worst_group", "best_group", "median_worst", "median_best",
-               "n_worst", "n_best", "pvalue", "pvalue_adjusted", "effect_size", "n_tests"]
-
-
-def top_pair(metric: str, intersection: str, k: int, pw: pd.DataFrame | None) -> dict | None:
-    """The row of :attr:`ModelAuditResult.top_disparities` (:data:`TOP_COLUMNS`) for one metric and attribute
-    set of ``k`` attributes: the significant pair of ``pw`` with the largest D, or None when no pair is
-    significant (or none has a D) (docs/METHODS.md §6.3)."""
-    sig = _significant(pw)
-    if sig is None or not len(sig):
-        return None
-    d = sig["disparity"].astype(float)
-    if not d.notna().any():
-        return None
-    best = sig.loc[d.idxmax()]
-    return {"metric": metric, "intersection": intersection, "k": k, "disparity": float(best["disparity"]),
-            "worst_group": best["worst"], "best_group": best["best"],
-            "median_worst": best["median_worst"], "median_best": best["median_best"],
-            "n_worst": int(best["n_a"] if best["worst"] == best["group_a"] else best["n_b"]),
-            "n_best": int(best["n_a"] if best["best"] == best["group_a"] else best["n_b"]),
-            "pvalue": float(best["pvalue"]), "pvalue_adjusted": float(best["pvalue_adjusted"]),
-            "effect_size": float(best["effect_size"]), "n_tests": len(pw)}
 
 
 def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, unit: str):
@@ -394,7 +336,7 @@ def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, u
     return cluster_means(x, codes, subj)
 
 
-def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects, n_boot, level, seed,
+def _od_by_intersection(data, inters, subjects, true_col, pred_col, settings: AuditSettings,
                         source) -> dict[str, ODResult]:
     for col, role in ((true_col, "true class"), (pred_col, "predicted class")):
         if col is None:
@@ -410,12 +352,13 @@ def _od_by_intersection(data, inters, subjects, true_col, pred_col, min_subjects
         rows, codes = inter.rows[keep], inter.codes[keep]
         pairs = np.unique(np.stack([codes, subjects[rows]], 1), axis=0)
         n_subj = np.bincount(pairs[:, 0], minlength=inter.n_cells)
-        big = n_subj[codes] >= min_subjects
+        big = n_subj[codes] >= settings.min_subjects
         if len(np.unique(codes[big])) < 2:
             continue
         lab = inter.display_labels()
         out[inter.name] = overall_disparity_ci(y_true[rows[big]], y_pred[rows[big]], lab[codes[big]],
-                                               subjects=subjects[rows[big]], n_boot=n_boot, level=level, seed=seed)
+                                               subjects=subjects[rows[big]], n_boot=settings.n_boot,
+                                               level=settings.level, seed=settings.seed)
     return out
 
 
@@ -473,14 +416,12 @@ def audit_verification(
     emb = np.asarray(embeddings, dtype=float)
     if emb.ndim != 2 or emb.shape[0] != len(data):
         raise FairvisionError(f"{source}: {len(data)} samples but embeddings of shape {emb.shape}")
-    if identity_col not in data.columns:
-        raise ColumnError(f"{source}: no identity column {identity_col!r}; columns are {', '.join(map(str, data.columns))}")
+    require_columns(data, [identity_col], source=source, what="identity column")
     ident = data[identity_col].astype(str).to_numpy()
     pi, pj = positive_pairs(ident)
     if pronoun_col is not None and tone_col is not None:
         for c in (pronoun_col, tone_col):
-            if c not in data.columns:
-                raise ColumnError(f"{source}: no column {c!r}; columns are {', '.join(map(str, data.columns))}")
+            require_columns(data, [c], source=source)
         ni, nj = hard_negative_pairs(ident, data[pronoun_col].astype(str).to_numpy(), data[tone_col].to_numpy(),
                                      max_tone_diff=max_tone_diff)
     else:

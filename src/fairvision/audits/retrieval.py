@@ -4,13 +4,14 @@ Composes the pieces of the retrieval audit (docs/METHODS.md §8, Khaziev et al.)
 
 1. the item table with the protected attribute (read with
    :func:`fairvision.io.retrieval.read_items`), or measured apparent skin
-   colour: median ITA over the skin pixels (:mod:`fairvision.audits.skin_batch`
+   colour: median ITA over the skin pixels (:mod:`fairvision.skin.batch`
    with ``method="median_ita"``) mapped to ST1..ST6
    (:func:`fairvision.skin.categories.st_class`), as in the paper's
    section 3.3.3;
 2. the ranked results (read with :func:`fairvision.io.retrieval.read_results`,
    or produced by :func:`fairvision.stats.knn.knn_search` over embeddings,
-   optionally the built-in face descriptor; docs/METHODS.md §8.4);
+   optionally the built-in face descriptor of
+   :func:`fairvision.vision.face_descriptor_batch.embed_face_images`; docs/METHODS.md §8.4);
 3. the distribution parity tests (:func:`parity_from_results`, which looks the
    attribute up for every query and result and calls
    :func:`fairvision.stats.parity.parity_test`; docs/METHODS.md §8.1, §8.2);
@@ -30,23 +31,42 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.skin_batch import measure_images
-from fairvision.engine import imap
-from fairvision.engine.cache import content_key, source_signature
-from fairvision.errors import FairvisionError
+from fairvision.audits.settings import AuditSettings
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.io.retrieval import read_items, read_results
-from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.validate import empty_cells, missing_rows
 from fairvision.schema import MISSING_LABEL
+from fairvision.skin.batch import MeasureParams, measure_images
 from fairvision.skin.categories import st_class
-from fairvision.stats.chisquare import DEFAULT_MC_SAMPLES
-from fairvision.stats.corrections import DEFAULT_CORRECTION
-from fairvision.stats.parity import CATALOG_ROW, DEFAULT_ALPHA, ParityResult, parity_test
+from fairvision.stats.parity import CATALOG_ROW, DEFAULT_ALPHA, ParityOptions, ParityResult, parity_test
 from fairvision.stats.power import PAPER_CATALOG_SIZES, CatalogAdequacy, catalog_adequacy, detectable_curve, power_grid
-from fairvision.vision.face_descriptor import DESCRIPTOR_DIM, FaceEmbeddings, embed_faces
 
 SKIN_ATTRIBUTE = "st_class"
 DETECTABLE_NS = (50, 100, 250, 500, 1000, 2500, 5000)
+#: settings of the retrieval audit when given none: the paper's significance level, 0.01
+DEFAULTS = AuditSettings(alpha=DEFAULT_ALPHA)
+
+
+@dataclass(frozen=True)
+class PowerOptions:
+    """The power analysis of the retrieval audit (docs/METHODS.md §8.3).
+
+    Parameters
+    ----------
+    trials : int
+        Monte Carlo trials (0 skips the analysis).
+    sizes : sequence of int
+        Catalog sizes of the power curves (the audited size is added).
+    detectable_sizes : sequence of int
+        Catalog sizes of the detectable-bias curves.
+    target : float
+        Power at which a bias counts as detectable (paper: 80%).
+    """
+
+    trials: int = 1000
+    sizes: Sequence[int] = PAPER_CATALOG_SIZES
+    detectable_sizes: Sequence[int] = DETECTABLE_NS
+    target: float = 0.8
 
 
 @dataclass
@@ -117,121 +137,23 @@ class RetrievalAudit:
         return df
 
 
-def _embed_chunk(task: dict) -> FaceEmbeddings:
-    return embed_faces(task["paths"], task["ids"], upsample=task["upsample"])
-
-
-#: results-store stage of the face descriptors of :func:`embed_images`
-DESCRIPTOR_STAGE = "face_descriptor"
-_DESCRIPTOR_SOURCES = ("vision/face_descriptor.py", "io/images.py")
-
-
-def embed_images(paths: Sequence, ids: Sequence, *, upsample: int = 1, workers: int = 1, engine: str = "local",
-                 address: str | None = None, progress: Callable[[int, int], None] | None = None,
-                 store: ResultsStore | None = None) -> FaceEmbeddings:
-    """Face descriptors of many images (:func:`fairvision.vision.face_descriptor.embed_faces`) on an engine.
-
-    With one local worker this is ``embed_faces`` itself; otherwise the images
-    are cut into chunks of 32-64 (each chunk loads the descriptor's models once,
-    about 0.5 s, against about 0.15 s per image), mapped with
-    :func:`fairvision.engine.imap` on the ``local`` pool or ``ray``, and joined
-    in input order: the same rows as one ``embed_faces`` call. A chunk whose
-    worker failed gives its images ``ok=False`` with the error as reason.
-
-    With ``store``, each image's result (descriptor or the reason there is none) is kept in the results store
-    (stage ``face_descriptor``) under the SHA-256 of its bytes and a hash of ``upsample`` and the descriptor's
-    code: images already there are not described again. Worker failures are not stored.
-    """
-    paths, ids = [str(p) for p in paths], [str(i) for i in ids]
-    if store is not None:
-        return _embed_images_stored(paths, ids, store, upsample=upsample, workers=workers, engine=engine,
-                                    address=address, progress=progress)
-    if workers <= 1 and engine == "local":
-        return embed_faces(paths, ids, upsample=upsample, progress=progress)
-    size = max(32, min(64, -(-len(paths) // (4 * max(1, workers)))))
-    chunks = [{"paths": paths[i : i + size], "ids": ids[i : i + size], "upsample": upsample}
-              for i in range(0, len(paths), size)]
-    done = 0
-    parts: list[FaceEmbeddings | None] = [None] * len(chunks)
-    for outcome in imap(_embed_chunk, chunks, workers=workers, engine=engine, address=address, ordered=False):
-        c = chunks[outcome.index]
-        if outcome.ok:
-            parts[outcome.index] = outcome.value
-        else:
-            rows = pd.DataFrame({"item_id": c["ids"], "image_path": c["paths"], "ok": False, "n_faces": 0,
-                                 "reason": str(outcome.failure)})
-            parts[outcome.index] = FaceEmbeddings(np.zeros((0, DESCRIPTOR_DIM)), [], rows)
-        done += len(c["paths"])
-        if progress is not None:
-            progress(done, len(paths))
-    vecs = [p.embeddings for p in parts if len(p.ids)]
-    return FaceEmbeddings(
-        np.vstack(vecs) if vecs else np.zeros((0, DESCRIPTOR_DIM)),
-        [i for p in parts for i in p.ids],
-        pd.concat([p.status for p in parts], ignore_index=True),
-    )
-
-
-def _embed_images_stored(paths: list[str], ids: list[str], store: ResultsStore, *, upsample: int, **engine_kw
-                         ) -> FaceEmbeddings:
-    from fairvision import __version__
-
-    phash = content_key({"stage": DESCRIPTOR_STAGE, "pkg": __version__, "upsample": int(upsample),
-                         "code": source_signature(_DESCRIPTOR_SOURCES)})
-    hashes = [file_sha256(p) for p in paths]
-    keys = [row_key(h, phash) if h else None for h in hashes]
-    hits = store.get_many(DESCRIPTOR_STAGE, (k for k in keys if k))
-    todo = [i for i, k in enumerate(keys) if k is None or k not in hits]
-    fresh = embed_images([paths[i] for i in todo], [ids[i] for i in todo], upsample=upsample,
-                         **engine_kw) if todo else FaceEmbeddings(np.zeros((0, DESCRIPTOR_DIM)), [], pd.DataFrame())
-    vec_of = dict(zip(fresh.ids, fresh.embeddings))
-    rows = {} if fresh.status.empty else {r["item_id"]: r for r in fresh.status.to_dict("records")}
-    for i in todo:
-        r = rows.get(ids[i])
-        reason = str(r.get("reason") or "") if r is not None else ""
-        # a worker's failure is not a fact about the image: only faces, "no face" and undecodable bytes are kept
-        if keys[i] is None or r is None or not (r["ok"] or reason == "no face" or reason.startswith("unreadable")):
-            continue
-        emb = vec_of.get(ids[i])
-        store.put(DESCRIPTOR_STAGE, keys[i], {"ok": bool(r["ok"]), "n_faces": int(r["n_faces"]),
-                                               "reason": r["reason"] if not r["ok"] else None,
-                                               "embedding": None if emb is None else [float(v) for v in emb]},
-                  content_hash=hashes[i], params_hash=phash, sample_id=ids[i], image_path=paths[i])
-    store.flush()
-    status, vecs, ok_ids = [], [], []
-    for i, (p, sid, k) in enumerate(zip(paths, ids, keys)):
-        if k is not None and k in hits:
-            h = hits[k]
-            status.append({"item_id": sid, "image_path": p, "ok": bool(h["ok"]), "n_faces": int(h["n_faces"]),
-                           "reason": h.get("reason")})
-            if h["ok"] and h.get("embedding") is not None:
-                vecs.append(np.asarray(h["embedding"], dtype=np.float64))
-                ok_ids.append(sid)
-        else:
-            r = rows.get(sid, {"item_id": sid, "image_path": p, "ok": False, "n_faces": 0, "reason": "not described"})
-            status.append({"item_id": sid, "image_path": p, "ok": bool(r["ok"]), "n_faces": int(r["n_faces"]),
-                           "reason": r["reason"]})
-            if sid in vec_of:
-                vecs.append(np.asarray(vec_of[sid], dtype=np.float64))
-                ok_ids.append(sid)
-    return FaceEmbeddings(np.vstack(vecs) if vecs else np.zeros((0, DESCRIPTOR_DIM)), ok_ids,
-                          pd.DataFrame(status, columns=["item_id", "image_path", "ok", "n_faces", "reason"]))
-
-
-def measure_skin_attribute(items: pd.DataFrame, *, workers: int = 1, mask_method: str = "mediapipe",
-                           progress=False, store=None, engine: str = "local", address: str | None = None) -> pd.DataFrame:
+def measure_skin_attribute(items: pd.DataFrame, *, mask_method: str = "mediapipe", progress=False, store=None,
+                           settings: AuditSettings | None = None) -> pd.DataFrame:
     """Add ``st_class`` (ST1..ST6 from the median ITA of the skin pixels) and ``ita`` to an item table.
 
     Images that cannot be measured get a missing class (they are left out of
     the tests and counted). ``store``: the results store (or its folder) to reuse
-    and keep measurements in (:func:`fairvision.audits.skin_batch.measure_images`).
+    and keep measurements in (:func:`fairvision.skin.batch.measure_images`).
+    ``settings``: where the measuring runs (``engine``, ``address``, ``workers``;
+    default one local worker).
     """
     if "image_path" not in items.columns:
-        raise FairvisionError("measuring skin colour needs an image_path column in the item table")
+        raise ColumnError(f"{items.attrs.get('source', 'items')}: no image_path column; measuring skin colour "
+                          "needs the images")
     table = items.rename(columns={"item_id": "sample_id"}) if "sample_id" not in items.columns else items
-    meas = measure_images(table[["sample_id", "image_path"]], method="median_ita", mask_method=mask_method,
-                          workers=workers, engine=engine, address=address, progress=progress, faces="largest",
-                          store=store)
+    meas = measure_images(table[["sample_id", "image_path"]],
+                          params=MeasureParams(method="median_ita", mask_method=mask_method, faces="largest"),
+                          settings=settings or DEFAULTS, progress=progress, store=store)
     ita = pd.Series(meas["ita"].to_numpy(dtype=float), index=meas["sample_id"].astype(str))
     out = items.copy()
     key = out["item_id"] if "item_id" in out.columns else out["sample_id"]
@@ -242,7 +164,7 @@ def measure_skin_attribute(items: pd.DataFrame, *, workers: int = 1, mask_method
 
 
 def _apply_missing(items: pd.DataFrame, attribute: str, rule: str) -> pd.Series:
-    """The attribute column under the ``--missing`` rule: NaN marks a left-out item."""
+    """The attribute column under the ``missing`` rule: NaN marks a left-out item."""
     values = items[attribute]
     missing_rows(items, [attribute], rule, source=items.attrs.get("source", "items"))  # raises for "error"
     empty = empty_cells(values)
@@ -261,16 +183,10 @@ def parity_from_results(
     *,
     catalog=None,
     item_col: str = "item_id",
-    alpha: float = DEFAULT_ALPHA,
-    correction: str = DEFAULT_CORRECTION,
-    continuity: bool = False,
-    exact: str = "auto",
-    mc_samples: int = DEFAULT_MC_SAMPLES,
-    seed: int | None = 0,
-    min_queries: int = 10,
     categories: Sequence | None = None,
-    level: float = 0.95,
     missing: str = "error",
+    options: ParityOptions | None = None,
+    settings: AuditSettings | None = None,
 ) -> ParityResult:
     """Distribution parity test of ranked results against an item table (docs/METHODS.md §8.1, §8.2).
 
@@ -297,55 +213,65 @@ def parity_from_results(
     item_col : str
         The id column of ``items`` and ``catalog`` (default: ``item_id`` or
         one of its aliases).
-    alpha, correction, continuity, exact, mc_samples, seed, min_queries, categories, level
-        See :func:`fairvision.stats.parity.parity_test`.
+    categories : sequence, optional
+        The values in order (default: categorical order, else sorted).
     missing : {"error", "drop", "keep"}
         Items with an empty attribute cell: stop naming the row (default),
         leave them out (the paper keeps only images with an ITA value; their
         count is in ``result.dropped``), or keep them as a value of their own,
         ``(missing)``.
+    options : ParityOptions, optional
+        Continuity correction, exact fallback, Monte Carlo draws and the smallest judged value
+        (:func:`fairvision.stats.parity.parity_test`).
+    settings : AuditSettings, optional
+        ``alpha`` (default :data:`DEFAULTS`: the paper's 0.01), ``correction`` of the contrast and per-rank
+        tests, ``level`` of the risk-ratio intervals and ``seed`` of the Monte Carlo tests.
 
     Returns
     -------
     ParityResult
     """
+    settings = settings or DEFAULTS
     id_col = None if item_col == "item_id" else item_col
     results = read_results(results)
     items = read_items(items, attribute, id_col=id_col)
     catalog = items if catalog is None else read_items(catalog, attribute, id_col=id_col, name="catalog")
-    ids = items["item_id"]
     attr = _apply_missing(items, attribute, missing)
     catalog_attr = attr if catalog is items else _apply_missing(catalog, attribute, missing)
+    qids, qv, rv = _pair_values(results, items["item_id"], attr, k)
+    ok = qv.notna().to_numpy() & rv.notna().to_numpy()
+    cat_ok = catalog_attr.notna().to_numpy()
+    if categories is None and isinstance(attr.dtype, pd.CategoricalDtype):
+        categories = list(attr.cat.categories)
+    res = parity_test(
+        qv.to_numpy()[ok], rv.to_numpy()[ok], catalog_attr.to_numpy(dtype=object)[cat_ok],
+        query_ids=qids.to_numpy()[ok], ranks=results["rank"].to_numpy()[ok], k=k, categories=categories,
+        alpha=settings.alpha, correction=settings.correction, level=settings.level, seed=settings.seed,
+        options=options,
+    )
+    res.dropped = {"result_pairs_missing_attribute": int((~ok).sum()), "catalog_items_missing_attribute": int((~cat_ok).sum())}
+    return res
+
+
+def _pair_values(results: pd.DataFrame, ids: pd.Series, attr: pd.Series, k: int):
+    """The query ids, and the protected values of the query and the result of every pair (NaN: left out),
+    after checking that every id is an item and that the runs are ``k`` deep."""
     absent = attr.isna().to_numpy()
     lookup = pd.Series(attr.to_numpy(dtype=object)[~absent], index=ids.to_numpy()[~absent])
     known = set(ids)
+    source = results.attrs.get("source", "results")
     qids = results["query_id"].astype(str)
     iids = results["item_id"].astype(str)
     for name, col in (("query_id", qids), ("item_id", iids)):
         unknown = ~col.isin(known).to_numpy()
         if unknown.any():
             i = int(np.flatnonzero(unknown)[0])
-            raise FairvisionError(f"{results.attrs.get('source', 'results')}: row {i + 1}: {name} {col.iloc[i]!r} "
-                                  f"is not in the items table")
+            raise FairvisionError(f"{source}: row {i + 1}: {name} {col.iloc[i]!r} is not in the items table")
     depth = int(qids.value_counts().max()) if len(qids) else 0
     if k > depth:
-        raise FairvisionError(f"{results.attrs.get('source', 'results')}: -k {k} but the deepest run has {depth} results "
-                              f"per query; use -k {depth} or less")
-    qv = qids.map(lookup)
-    rv = iids.map(lookup)
-    ok = qv.notna().to_numpy() & rv.notna().to_numpy()
-    cat_vals = catalog_attr
-    cat_ok = cat_vals.notna().to_numpy()
-    if categories is None and isinstance(attr.dtype, pd.CategoricalDtype):
-        categories = list(attr.cat.categories)
-    res = parity_test(
-        qv.to_numpy()[ok], rv.to_numpy()[ok], cat_vals.to_numpy(dtype=object)[cat_ok],
-        query_ids=qids.to_numpy()[ok], ranks=results["rank"].to_numpy()[ok], k=k, categories=categories,
-        alpha=alpha, correction=correction, continuity=continuity, exact=exact, mc_samples=mc_samples, seed=seed,
-        min_queries=min_queries, level=level,
-    )
-    res.dropped = {"result_pairs_missing_attribute": int((~ok).sum()), "catalog_items_missing_attribute": int((~cat_ok).sum())}
-    return res
+        raise ParameterError("k", f"{k} is deeper than the runs in {source}, which have at most {depth} results per "
+                                  f"query; give at most {depth}")
+    return qids, qids.map(lookup), iids.map(lookup)
 
 
 def audit_retrieval(
@@ -355,21 +281,14 @@ def audit_retrieval(
     *,
     catalog: pd.DataFrame | None = None,
     k: int = 6,
-    alpha: float = DEFAULT_ALPHA,
-    correction: str = DEFAULT_CORRECTION,
-    continuity: bool = False,
-    exact: str = "auto",
-    min_queries: int = 10,
-    power_trials: int = 1000,
-    power_sizes=PAPER_CATALOG_SIZES,
-    detectable_sizes=DETECTABLE_NS,
-    target_power: float = 0.8,
-    seed: int = 0,
+    missing: str = "error",
+    parity: ParityOptions | None = None,
+    power: PowerOptions | None = None,
     embedding_status: pd.DataFrame | None = None,
     progress: Callable[[str], None] | None = None,
-    missing: str = "error",
+    settings: AuditSettings | None = None,
 ) -> RetrievalAudit:
-    """Run the retrieval audit.
+    """Run the retrieval audit (docs/METHODS.md §8).
 
     Parameters
     ----------
@@ -383,43 +302,56 @@ def audit_retrieval(
         The protected attribute.
     catalog : pandas.DataFrame, optional
         Default: ``items``.
-    k, alpha, correction, continuity, exact, min_queries, missing
+    k, missing
         See :func:`parity_from_results`.
-    power_trials : int
-        Monte Carlo trials of the power analysis (0 skips it).
-    power_sizes : sequence of int
-        Catalog sizes of the power curves (the audited size is added).
-    detectable_sizes : sequence of int
-        Catalog sizes of the detectable-bias curves.
-    target_power : float
-        Power at which a bias counts as detectable (paper: 80%).
+    parity : ParityOptions, optional
+        How the parity tests are computed (:func:`parity_from_results`).
+    power : PowerOptions, optional
+        The power analysis (default ``PowerOptions()``: 1,000 trials; ``trials=0`` skips it).
+    embedding_status : pandas.DataFrame, optional
+        Which images got an embedding, when the harness embedded images (kept in the result).
+    progress : callable, optional
+        ``progress(step)`` at every step.
+    settings : AuditSettings, optional
+        ``alpha`` (default :data:`DEFAULTS`: the paper's 0.01), ``correction``, ``level`` and ``seed`` of the
+        parity tests (:func:`parity_from_results`); ``alpha`` and ``seed`` of the power analysis too.
 
     Returns
     -------
     RetrievalAudit
     """
+    settings = settings or DEFAULTS
+    parity = parity or ParityOptions()
+    power = power or PowerOptions()
     say = progress or (lambda msg: None)
     say("parity tests")
-    par = parity_from_results(results, items, attribute, k, catalog=catalog, alpha=alpha, correction=correction,
-                              continuity=continuity, exact=exact, min_queries=min_queries, seed=seed, missing=missing)
+    par = parity_from_results(results, items, attribute, k, catalog=catalog, missing=missing, options=parity,
+                              settings=settings)
     cat_row = par.table.loc[CATALOG_ROW].astype(float)
     if cat_row.sum() == 0:
         raise FairvisionError(f"the catalog has no item with a value of {attribute!r}")
     p_z = cat_row / cat_row.sum()
     audit = RetrievalAudit(parity=par, attribute=attribute, p_z=p_z, embedding_status=embedding_status,
-                           power_trials=int(power_trials), target_power=float(target_power))
+                           power_trials=int(power.trials), target_power=float(power.target))
     present = p_z[p_z > 0]
-    if power_trials and len(present) >= 2 and present.max() < 1:
-        n = int(par.n_queries)
-        sizes = sorted({int(s) for s in power_sizes} | {n})
-        say("power curves")
-        audit.power_curves = power_grid(present, ns=sizes, k=k, alpha=alpha, trials=power_trials, seed=seed, continuity=continuity)
-        say("detectable bias")
-        audit.detectable = detectable_curve(present, ns=detectable_sizes, k=k, alpha=alpha, target=target_power,
-                                            trials=power_trials, seed=seed, continuity=continuity)
-        say("catalog size check")
-        audit.adequacy = catalog_adequacy(present, n, k=k, alpha=alpha, target=target_power, trials=power_trials,
-                                          seed=seed, continuity=continuity)
-    audit.meta = {"k": int(k), "alpha": float(alpha), "correction": correction, "continuity": bool(continuity),
-                  "n_queries": int(par.n_queries), "n_catalog": int(par.n_catalog), "dropped": par.dropped}
+    if power.trials and len(present) >= 2 and present.max() < 1:
+        _power_analysis(audit, present, int(par.n_queries), k, parity.continuity, power, settings, say)
+    audit.meta = {"k": int(k), "alpha": float(settings.alpha), "correction": settings.correction,
+                  "continuity": bool(parity.continuity), "n_queries": int(par.n_queries),
+                  "n_catalog": int(par.n_catalog), "dropped": par.dropped}
     return audit
+
+
+def _power_analysis(audit: RetrievalAudit, present: pd.Series, n: int, k: int, continuity: bool,
+                    power: PowerOptions, settings: AuditSettings, say: Callable[[str], None]) -> None:
+    """Power curves, detectable bias and the catalog size check for the catalog's attribute distribution."""
+    alpha, trials, seed = settings.alpha, power.trials, settings.seed
+    sizes = sorted({int(s) for s in power.sizes} | {n})
+    say("power curves")
+    audit.power_curves = power_grid(present, ns=sizes, k=k, alpha=alpha, trials=trials, seed=seed, continuity=continuity)
+    say("detectable bias")
+    audit.detectable = detectable_curve(present, ns=power.detectable_sizes, k=k, alpha=alpha, target=power.target,
+                                        trials=trials, seed=seed, continuity=continuity)
+    say("catalog size check")
+    audit.adequacy = catalog_adequacy(present, n, k=k, alpha=alpha, target=power.target, trials=trials, seed=seed,
+                                      continuity=continuity)

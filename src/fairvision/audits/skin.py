@@ -29,14 +29,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.audits.settings import AuditSettings
+from fairvision.errors import ParameterError
+from fairvision.io.validate import require_columns
 from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
 from fairvision.stats.chisquare import ChiSquareResult, chi2_test
 from fairvision.stats.proportions import wilson_interval
 from fairvision.stats.resample import cluster_bootstrap
 
-__all__ = ["SkinDistribution", "SkinComparison", "audit_skin_distribution", "audit_skin_comparison",
+__all__ = ["DEFAULTS", "SkinDistribution", "SkinComparison", "audit_skin_distribution", "audit_skin_comparison",
            "chi2_homogeneity"]
+
+#: the settings of the skin audits when given none: 2000 bootstrap replicates for the subject bootstrap
+DEFAULTS = AuditSettings(n_boot=2000)
 
 CELL_INDEX = pd.MultiIndex.from_product([list(HUES), list(TONES)], names=["skin_hue", "skin_tone"])
 
@@ -137,9 +142,7 @@ class SkinComparison:
 
 
 def _valid(df: pd.DataFrame, L: str, hue: str, name: str):
-    for c in (L, hue):
-        if c not in df.columns:
-            raise ColumnError(f"{name}: skin colour analysis needs a column {c!r}; the table has {', '.join(map(str, df.columns))}")
+    require_columns(df, (L, hue), source=name, why=" (skin colour analysis needs it)")
     Lv = pd.to_numeric(df[L], errors="coerce").to_numpy(dtype=np.float64)
     hv = pd.to_numeric(df[hue], errors="coerce").to_numpy(dtype=np.float64)
     ok = np.isfinite(Lv) & np.isfinite(hv)
@@ -208,9 +211,9 @@ def _cluster_boot(Lv, hv, subj, L_threshold, hue_threshold, level, n_boot, seed)
 
 
 def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: str | list[str] | None = None,
-                            subject: str | None = None, L_threshold: float = 60.0, hue_threshold: float = 55.0, bins: int = 20,
-                            level: float = 0.95, min_group: int = 10, name: str = "dataset", n_boot: int = 2000,
-                            seed: int = 0, _edges_override=None) -> SkinDistribution:
+                            subject: str | None = None, L_threshold: float = 60.0, hue_threshold: float = 55.0,
+                            bins: int = 20, min_group: int = 10, name: str = "dataset",
+                            settings: AuditSettings | None = None, _edges_override=None) -> SkinDistribution:
     """Skin colour distribution of one image set (Thong Table 1 and histograms).
 
     Parameters
@@ -223,19 +226,22 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
         intersections).
     subject : str, optional
         Subject column. When subjects have several images, cell CIs come from
-        a cluster bootstrap over subjects (``n_boot`` replicates) instead of
-        the Wilson interval.
+        a cluster bootstrap over subjects (``settings.n_boot`` replicates)
+        instead of the Wilson interval.
     L_threshold, hue_threshold : float
         Light if L* >= 60, yellow if h* >= 55 deg (docs/METHODS.md §1.4).
     bins : int
         Histogram bins (20).
-    level : float
-        Confidence level of the intervals.
     min_group : int
         Groups with fewer measured images are flagged ``too_small``.
+    settings : AuditSettings, optional
+        Uses ``level`` (of every interval), ``n_boot`` and ``seed`` (of the
+        subject bootstrap); default :data:`DEFAULTS` (2000 replicates).
     """
+    settings = settings or DEFAULTS
+    level = settings.level
     if bins < 1:
-        raise FairvisionError(f"bins must be positive, got {bins}")
+        raise ParameterError("bins", f"must be positive, not {bins}")
     ok, Lv, hv = _valid(data, L, hue, name)
     n_images = int(len(data))
     Lm, hm = Lv[ok], hv[ok]
@@ -244,12 +250,11 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
     ci_method = "wilson"
     boot = None
     if subject is not None:
-        if subject not in data.columns:
-            raise ColumnError(f"{name}: no subject column {subject!r}")
+        require_columns(data, [subject], source=name, what="subject column")
         subj = data[subject].to_numpy()[ok]
         if len(pd.unique(subj)) < len(subj) and len(subj):
             ci_method = "cluster bootstrap over subjects"
-            boot = _cluster_boot(Lm, hm, subj, L_threshold, hue_threshold, level, n_boot, seed)
+            boot = _cluster_boot(Lm, hm, subj, L_threshold, hue_threshold, level, settings.n_boot, settings.seed)
             notes.append("Several images per subject: cell CIs resample subjects (cluster bootstrap); the chi-square "
                          "tests still treat images as independent, so their p-values are optimistic.")
     cells = _cells_frame(counts, level, boot)
@@ -276,9 +281,7 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
 
 
 def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, name):
-    for c in by:
-        if c not in sub.columns:
-            raise ColumnError(f"{name}: no column {c!r} to group by")
+    require_columns(sub, by, source=name, why=" to group by")
     _, _, comb = tone_hue_category(Lm, hm, L_threshold=L_threshold, hue_threshold=hue_threshold)
     keys = [sub[c] if isinstance(sub[c].dtype, pd.CategoricalDtype) else sub[c].astype("category") for c in by]
     tab = pd.crosstab([k.reset_index(drop=True) for k in keys], pd.Series(comb, name="skin_colour"), dropna=False)
@@ -302,21 +305,24 @@ def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, nam
 
 def audit_skin_comparison(first: pd.DataFrame, second: pd.DataFrame, *, names: tuple[str, str] = ("first", "second"),
                           L: str = "L", hue: str = "hue", L_threshold: float = 60.0, hue_threshold: float = 55.0,
-                          bins: int = 20, level: float = 0.95, subject: str | None = None) -> SkinComparison:
+                          bins: int = 20, subject: str | None = None,
+                          settings: AuditSettings | None = None) -> SkinComparison:
     """Compare the skin colour distributions of two image sets (Thong Table 2).
 
     The test is Pearson's chi-square test of homogeneity on the 2 x 4 table
     (sets x light/dark-red/yellow cells; 3 degrees of freedom, fewer if a cell
-    is empty in both sets). Histograms of both sets share bin edges.
+    is empty in both sets). Histograms of both sets share bin edges. Each set's
+    distribution is :func:`audit_skin_distribution` with the same options
+    (``settings``: its ``level``, ``n_boot`` and ``seed``; default :data:`DEFAULTS`).
     """
     if names[0] == names[1]:
-        raise FairvisionError("the two image sets need different names")
+        raise ParameterError("names", "must be two different names")
     _, _, h1 = _valid(first, L, hue, names[0])
     _, _, h2 = _valid(second, L, hue, names[1])
     pooled = np.concatenate([h1[np.isfinite(h1)], h2[np.isfinite(h2)]])
     edges = _edges(pooled, bins)
-    kw = dict(L=L, hue=hue, L_threshold=L_threshold, hue_threshold=hue_threshold, bins=bins, level=level, subject=subject,
-              _edges_override=edges)
+    kw = dict(L=L, hue=hue, L_threshold=L_threshold, hue_threshold=hue_threshold, bins=bins, subject=subject,
+              settings=settings, _edges_override=edges)
     d1 = audit_skin_distribution(first, name=names[0], **kw)
     d2 = audit_skin_distribution(second, name=names[1], **kw)
     cells = pd.concat({names[0]: d1.cells, names[1]: d2.cells}, names=["set"])

@@ -20,7 +20,8 @@ import sys
 import typer
 
 from fairvision import __version__
-from fairvision.errors import FairvisionError
+from fairvision.cli.options import flag_message
+from fairvision.errors import FairvisionError, ParameterError
 
 app = typer.Typer(
     name="fairvision",
@@ -59,13 +60,7 @@ def _root(
 
 
 for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"fairvision.cli.{_name}")
-    except ModuleNotFoundError as exc:  # a command group not built yet
-        if exc.name != f"fairvision.cli.{_name}":
-            raise
-        continue
-    _mod.register(app, audit_app)
+    importlib.import_module(f"fairvision.cli.{_name}").register(app, audit_app)
 
 
 def _plain_metavars(typer_app: typer.Typer) -> None:
@@ -76,7 +71,8 @@ def _plain_metavars(typer_app: typer.Typer) -> None:
             info = p.default
             if not isinstance(info, typer.models.ParameterInfo) or info.metavar is not None:
                 continue
-            ann = str(p.annotation)
+            ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
+            ann = str(p.annotation) if ann in ("Optional", "List", "Union") else ann  # typing forms: their str names the type
             if isinstance(info, typer.models.ArgumentInfo):
                 info.metavar = p.name.upper()
             elif ann == "bool":
@@ -128,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)
     except FairvisionError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        message = str(exc)
+        if isinstance(exc, ParameterError):
+            message = flag_message(message, exc.parameter)
+        typer.echo(f"error: {message}", err=True)
         return EXIT_INPUT
     except typer.Exit as exc:
         return exc.exit_code

@@ -14,17 +14,6 @@ from fairvision.errors import FairvisionError
 from fairvision.io.atomic import check_writable
 
 
-#: ``--engine local|ray`` and ``--address ADDR``: shared by every command that measures images.
-ENGINE_OPTION = typer.Option(
-    "local", "--engine",
-    help="Where per-image work runs: local (a process pool on this machine, default) or ray (Ray Data: "
-         "a local Ray instance, or the cluster of --address / RAY_ADDRESS; needs the ray extra).",
-)
-ADDRESS_OPTION = typer.Option(
-    None, "--address", metavar="ADDR",
-    help="Ray cluster address for --engine ray (e.g. ray://head:10001 or auto); default: RAY_ADDRESS, "
-         "else a local Ray instance with --workers CPUs.",
-)
 #: ``--store PATH`` / ``--no-store`` (and the old ``--cache``, hidden): every command that measures images.
 STORE_OPTION = typer.Option(
     None, "--store", metavar="PATH",
@@ -42,6 +31,8 @@ def results_store(store: Path | None = None, no_store: bool = False, cache: Path
 
     if store is not None and cache is not None and Path(store) != Path(cache):
         raise FairvisionError("give --store (or its old name --cache) once")
+    if no_store and (store is not None or cache is not None):
+        raise FairvisionError("give either --store PATH or --no-store, not both")
     res = open_store(store if store is not None else cache, enabled=not no_store)
     if res is not None:
         check_writable(res.root, kind="results store")  # before any work

@@ -18,16 +18,10 @@ curate_app = typer.Typer(
     no_args_is_help=True,
 )
 
-PARTS = ("curate_diversity", "curate_visual", "curate_agreement", "curate_withdraw", "curate_faces", "curate_qa")
+COMMANDS = ("curate_diversity", "curate_visual", "curate_agreement", "curate_withdraw", "curate_faces", "curate_qa")
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:
-    for name in PARTS:
-        try:
-            mod = importlib.import_module(f"fairvision.cli.{name}")
-        except ModuleNotFoundError as exc:  # a part not built yet
-            if exc.name != f"fairvision.cli.{name}":
-                raise
-            continue
-        mod.register(curate_app)
+    for name in COMMANDS:
+        importlib.import_module(f"fairvision.cli.{name}").register(curate_app)
     app.add_typer(curate_app, name="curate")

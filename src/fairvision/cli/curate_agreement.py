@@ -8,12 +8,13 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
 
 
+@with_settings("min_subjects", "correction", "alpha", "n_boot", "seed")
 def curate_agreement_cmd(
     coco: Path = typer.Option(..., "--coco", help="COCO annotations in which every annotation names its annotator (several annotators per image)."),
     annotator_key: str = typer.Option("annotator_id", "--annotator-key", help="Annotation field with the annotator id."),
@@ -26,21 +27,15 @@ def curate_agreement_cmd(
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap and test unit); every image its own subject when absent."),
     min_iou: float = typer.Option(0.5, "--min-iou", help="Smallest box IoU for two annotators' annotations to be the same object."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples of the subjects (0 = no CIs)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'mean_iou<0.8', 'min_alpha<0.667', 'group.significant_pairs>0'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Annotation agreement (FHIBE): box IoU, keypoint OKS, mask Dice and attribute Jaccard of matched annotations,
     by annotator pair, annotator, vendor and group, with subject-bootstrap CIs, corrected tests between vendor
     pairs and between groups (annotators described, not tested: their matches overlap) and Krippendorff's alpha
     (docs/METHODS.md §13.4)."""
     check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     if sample_id not in ("file_name", "image_id"):
         raise FairvisionError(f"--sample-id must be file_name or image_id, not {sample_id!r}")
     if attr and samples is None:
@@ -54,14 +49,13 @@ def curate_agreement_cmd(
 
     ann = read_annotated_coco(coco, annotator_key, vendor_key=vendor_key, attributes_key=attributes_key)
     data = read_table(samples) if samples is not None else None
-    result = audit_agreement(data, ann, attr, sample_id=sample_id, subject_col=subject_col, min_iou=min_iou,
-                             max_k=max_k, min_subjects=min_subjects, correction=correction, alpha=alpha,
-                             n_boot=n_boot, seed=seed, source=str(samples))
+    result = audit_agreement(data, ann, attr, settings=settings, sample_id=sample_id, subject_col=subject_col,
+                             min_iou=min_iou, max_k=max_k, source=str(samples))
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=title or f"Annotation agreement: {coco.name}", subtitle="fairvision curate agreement",
                     meta={"annotations": str(coco), "annotator key": annotator_key, "vendor key": vendor_key or "(none)",
-                          "samples": str(samples), "min IoU": min_iou, "correction": correction, "seed": seed,
-                          **gate_meta(evaluated)})
+                          "samples": str(samples), "min IoU": min_iou, "correction": settings.correction,
+                          "seed": settings.seed, "settings": settings.to_meta(), **gate_meta(evaluated)})
     report.add(agreement_section(result, conditions=evaluated))
     pairs = result.pairs.copy()
     paths = report.write(output, extra_files={"pairs.csv": pairs.to_csv(index=False).encode()})

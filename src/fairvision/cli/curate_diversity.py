@@ -10,16 +10,16 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar,
                                  results_store)
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
 
 _VARIANTS = ("whole", "scene", "subject")
 _EMBEDDERS = ("efficientnet", "dlib-face")
 
-
+@with_settings("n_boot", "min_subjects", "correction", "alpha", "seed")
 def diversity_cmd(
     samples: Path = typer.Argument(..., metavar="SAMPLES", help="Sample table: sample_id, image_path, subject_id (optional), the attribute columns."),
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat: -a gender -a age)."),
@@ -33,27 +33,22 @@ def diversity_cmd(
     output: Path = typer.Option(Path("fairvision-diversity-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
     n_draws: int = typer.Option(100, "--n-draws", min=1, help="Random subsets per group for the score at a common size."),
     rarefy_size: Optional[int] = typer.Option(None, "--rarefy-size", min=2, help="Subjects per subset for the score at a common size (default: the smallest group's, at most 256)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects get no score at the common size and no interval (flagged too_small)."),
     n_null: int = typer.Option(1000, "--n-null", min=1, help="Random sets of subjects from the whole dataset that a group's score at the common size is compared with."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction of the low-diversity test: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the low-diversity test."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Images per forward pass of the embedder."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads of the embedder (default: the available CPUs, at most 8)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap and the subsets."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr (on a terminal)."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_low>0', 'min_rarefied_ratio<0.8'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Visual diversity per group beyond head counts: Vendi scores of the whole images, the scenes (person
     masked) and the subjects (scene masked), with subject-bootstrap intervals and at a common number of subjects
     (FHIBE Table 4; docs/METHODS.md §13.2). Embeddings are made offline by EfficientNet-Lite0 or dlib's face
-    descriptor and kept in the results store."""
+    descriptor and kept in the results store. Groups with fewer than --min-subjects subjects get no score at the
+    common size and no interval (flagged too_small); --correction and --alpha are those of the low-diversity test."""
     check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     if variants is None:  # the default: every variant the input can give
         chosen = ["whole"] if embeddings is not None else list(_VARIANTS)
     else:
@@ -75,7 +70,8 @@ def diversity_cmd(
                               "variant can be scored (leave out --embeddings to embed the scene and subject variants)")
     conditions = [parse_condition(c) for c in fail_if]
     # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.curation.diversity import audit_diversity
+    from fairvision.audits.curation.diversity import Rarefaction, audit_diversity
+    from fairvision.audits.curation.diversity_embedding import EmbeddingOptions
     from fairvision.io.tables import read_table
     from fairvision.report import Report
     from fairvision.report.sections.curation_diversity import diversity_section
@@ -87,18 +83,18 @@ def diversity_cmd(
     results = results_store(store, no_store) if embeddings is None else None
     with progress_bar(f"embedding images ({embedder})", progress) as advance:
         result = audit_diversity(data, attr, embeddings=embeddings, variants=tuple(dict.fromkeys(chosen)),
-                                 embedder=embedder, masks_dir=masks_dir, box_cols=cols, store=results,
-                                 subject_col=subject_col, n_boot=n_boot, n_draws=n_draws, rarefy_size=rarefy_size,
-                                 min_subjects=min_subjects, n_null=n_null, alpha=alpha, correction=correction,
-                                 seed=seed, batch_size=batch_size, threads=threads, progress=advance)
+                                 embedding=EmbeddingOptions(embedder=embedder, masks_dir=masks_dir, box_cols=cols,
+                                                            batch_size=batch_size, threads=threads),
+                                 store=results, subject_col=subject_col,
+                                 rarefaction=Rarefaction(n_draws=n_draws, size=rarefy_size, n_null=n_null),
+                                 progress=advance, settings=settings)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=title or f"Diversity: {samples.name}", subtitle="fairvision curate diversity",
                     meta={"samples": str(samples), "embeddings": str(embeddings) if embeddings else result.embedder,
                           "variants": ", ".join(result.variants),
                           "masks": None if set(result.variants) == {"whole"} else str(masks_dir) if masks_dir else
                           (f"boxes {box_cols}" if box_cols else "mediapipe selfie segmentation"),
-                          "n_boot": n_boot, "n_draws": n_draws, "n_null": n_null, "correction": correction,
-                          "alpha": alpha, "seed": seed,
+                          "n_draws": n_draws, "n_null": n_null, "settings": settings.to_meta(),
                           "store": str(results.root) if results is not None else "off", **gate_meta(evaluated)})
     report.add(diversity_section(result, conditions=evaluated))
     buf = io.BytesIO()

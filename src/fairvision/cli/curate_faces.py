@@ -7,12 +7,15 @@ from typing import Optional
 
 import typer
 
-from fairvision.cli.common import ADDRESS_OPTION, ENGINE_OPTION, check_outdir, image_table, progress_bar
+from fairvision.audits.settings import AuditSettings
+from fairvision.cli.common import check_outdir, image_table, progress_bar
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 
 METHODS = ("eye-mouth", "ffhq", "eyes")
 
 
+@with_settings("workers", "engine", "address")
 def curate_crops_cmd(
     source: str = typer.Argument(..., help="A folder of images, a sample table with image paths, or 'portraits' / 'demo'."),
     output: Path = typer.Option(..., "--output", "-o", help="Output folder: cropped/, aligned/ and manifest.csv."),
@@ -20,9 +23,7 @@ def curate_crops_cmd(
     size: int = typer.Option(512, "--size", help="Side of the aligned faces in pixels."),
     scale: float = typer.Option(2.0, "--scale", help="Enlargement of the face box for the cropped-only faces."),
     method: str = typer.Option("eye-mouth", "--method", help="Alignment: eye-mouth (default; fixes the eye midpoint and a level eye line, scale from the eye-mouth distance; each eye's x varies with face proportions), ffhq (FHIBE's FFHQ square; fixes no point exactly) or eyes (fixes both eye centres)."),
-    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
+    settings: AuditSettings = None,
 ):
     """Write FHIBE's two derived face sets: cropped-only (face box x2, mean-colour padding) and cropped-and-aligned
     (rotation from the eye line, scale from the eye-mouth distance: the eye midpoint at a fixed point, the eye line level;
@@ -46,8 +47,8 @@ def curate_crops_cmd(
         if "sample_id" in lm.columns:
             lm["sample_id"] = lm["sample_id"].astype(str)
     with progress_bar("deriving faces") as progress:
-        res = derive_face_sets(data, output, landmarks=lm, size=size, scale=scale, method=method, workers=workers,
-                               engine=engine, address=address, progress=progress)
+        res = derive_face_sets(data, output, landmarks=lm, size=size, scale=scale, method=method, settings=settings,
+                               progress=progress, source=source)
     q = res.quantities()
     typer.echo(f"manifest: {(output / 'manifest.csv').resolve()}")
     typer.echo(f"{int(q['n_images'])} images, {int(q['n_faces'])} faces: {int(q['n_cropped'])} cropped, "

@@ -9,10 +9,13 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import (ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done,
-                                   exit_if_gates_failed, image_table, progress_bar, results_store)
+from fairvision.audits.settings import AuditSettings
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, image_table,
+                                   progress_bar, results_store)
+from fairvision.cli.options import with_settings
 
 
+@with_settings("workers", "engine", "address")
 def curate_qa_cmd(
     source: str = typer.Argument(..., help="A folder of images, a sample table with image paths, or 'portraits' / 'demo'."),
     output: Path = typer.Option(Path("fairvision-qa-report"), "--output", "-o", help="Output folder for report.html, report.json, tables/ and images.csv."),
@@ -20,13 +23,11 @@ def curate_qa_cmd(
     min_side: int = typer.Option(256, "--min-side", help="Resolution floor: flag images whose shorter side is below this many pixels."),
     hamming: int = typer.Option(6, "--hamming", help="Near duplicate: perceptual hashes at most this many bits (of 64) apart."),
     strip_to: Optional[Path] = typer.Option(None, "--strip-metadata-to", help="Write copies of the readable images without EXIF/GPS/XMP/comments into this folder."),
-    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_cross_split_duplicates>0', 'n_with_gps>0'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Check images before release: unreadable or truncated files, a resolution floor, exact and near duplicates
     (perceptual hashes, also across train/test splits) and EXIF/GPS metadata, optionally writing copies without
@@ -46,8 +47,8 @@ def curate_qa_cmd(
         data = split_from_folder(data, source, split_col)  # photos/train/x.jpg: split "train"
     results = results_store(store, no_store)  # checks of files seen before
     with progress_bar("checking images") as progress:
-        result = audit_images(data, split_col=split_col, min_side=min_side, hamming=hamming, workers=workers,
-                              engine=engine, address=address, progress=progress, store=results)
+        result = audit_images(data, settings=settings, split_col=split_col, min_side=min_side, hamming=hamming,
+                              progress=progress, store=results, source=source)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     if strip_to is not None:
         with atomic_output_dir(strip_to) as stage:
@@ -55,7 +56,8 @@ def curate_qa_cmd(
         result.stripped["stripped_path"] = [str(Path(strip_to) / Path(p).name) for p in result.stripped["stripped_path"]]
     report = Report(title=title or f"Image quality checks: {Path(source).name}", subtitle="fairvision curate qa",
                     meta={"source": source, "split column": split_col, "min side": min_side, "hamming": hamming,
-                          "metadata stripped to": str(strip_to) if strip_to else None, **gate_meta(evaluated)})
+                          "metadata stripped to": str(strip_to) if strip_to else None, "settings": settings.to_meta(),
+                          **gate_meta(evaluated)})
     report.add(qa_section(result, conditions=evaluated))
     buf = io.StringIO()
     result.images.to_csv(buf, index=False)

@@ -8,13 +8,14 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar,
                                    results_store)
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
 
 
+@with_settings("min_subjects", "correction", "alpha", "n_boot", "seed", "workers")
 def curate_visual_cmd(
     samples: Optional[Path] = typer.Option(None, "--samples", "-s", help="Sample table: sample_id, subject_id (optional), the attribute columns; with image paths when there is no --coco."),
     coco: Optional[Path] = typer.Option(None, "--coco", help="COCO annotations (person / face boxes, masks, keypoints). Without it the built-in face, person-mask and pose models annotate the images of --samples."),
@@ -24,31 +25,25 @@ def curate_visual_cmd(
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap and test unit); every image its own subject when absent."),
     image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (built-in models only; default: image_path, filename, file_name or path)."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared."),
     bins: int = typer.Option(20, "--bins", min=2, max=200, help="Cells per side of the heat maps."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples of the subjects (0 = no CIs)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
-    workers: int = typer.Option(1, "--workers", min=1, help="Worker processes for the built-in models."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_significant>0', 'person.box_area_ratio.disparity>0.3'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Visual statistics by group (FHIBE Fig. 5): box area and aspect ratio, centre distance, mask area and
     concavity, keypoint spread and visibility per annotation; per group median, IQR, bootstrap CI, Kruskal-Wallis
     and corrected pairwise tests; heat maps of box centres and keypoints (docs/METHODS.md §13.3)."""
     check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     if sample_id not in ("file_name", "image_id"):
         raise FairvisionError(f"--sample-id must be file_name or image_id, not {sample_id!r}")
     if coco is None and samples is None:
         raise FairvisionError("give annotations (--coco) or a sample table with image paths (--samples)")
     conditions = [parse_condition(c) for c in fail_if]
     # lazy: numpy, pandas, scipy and the report stack cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.curation.visual import audit_visual, coco_from_models
+    from fairvision.audits.curation.visual import audit_visual
+    from fairvision.audits.curation.visual_models import coco_from_models
     from fairvision.io.coco import read_coco
     from fairvision.io.tables import read_table
     from fairvision.report import Report
@@ -61,18 +56,18 @@ def curate_visual_cmd(
     else:
         results = results_store(store, no_store)  # the built-in models' annotations of images seen before
         with progress_bar("annotating images") as advance:
-            gt, failures = coco_from_models(data, image_col="image_path", workers=workers, progress=advance,
+            gt, failures = coco_from_models(data, image_col="image_path", settings=settings, progress=advance,
                                             source=str(samples), store=results, subject_col=subject_col)
         sample_id = "file_name"
-    result = audit_visual(data, gt, attr, sample_id=sample_id, subject_col=subject_col, max_k=max_k,
-                          min_subjects=min_subjects, correction=correction, alpha=alpha, n_boot=n_boot, bins=bins,
-                          seed=seed, source=str(samples))
+    result = audit_visual(data, gt, attr, settings=settings, sample_id=sample_id, subject_col=subject_col, max_k=max_k,
+                          bins=bins, source=str(samples))
     if failures is not None:
         result.failures = failures
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=title or f"Visual statistics: {(coco or samples).name}", subtitle="fairvision curate visual",
                     meta={"annotations": str(coco) if coco else "built-in models (face detection, selfie segmentation, pose)",
-                          "samples": str(samples), "correction": correction, "seed": seed, **gate_meta(evaluated)})
+                          "samples": str(samples), "correction": settings.correction, "seed": settings.seed,
+                          "settings": settings.to_meta(), **gate_meta(evaluated)})
     report.add(visual_section(result, conditions=evaluated))
     paths = report.write(output, extra_files={"instances.csv": result.instances.drop(
         columns=[c for c in ("segmentation",) if c in result.instances.columns]).to_csv(index=False).encode()})

@@ -44,8 +44,12 @@ def withdraw_cmd(
     unfinished by a crash is finished or undone first, and reported); a second run is a no-op."""
     if output is not None:
         check_outdir(output)
+    if not subject or any(not s.strip() for s in subject):
+        raise FairvisionError("give at least one non-empty --subject")
     if replace and pool is None:
         raise FairvisionError("--replace needs a candidate pool (--pool TABLE)")
+    if store is not None and no_store:
+        raise FairvisionError("give either --store or --no-store, not both")
     # lazy: pandas, scipy, DuckDB and pyarrow cost over a second, ten times the CLI's start-up
     from fairvision.audits.curation.withdraw import apply_withdrawal, plan_withdrawal, recover
     from fairvision.io.store import open_store

@@ -20,9 +20,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import check_outdir, done, status
-from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.stats.constants import DEFAULT_CORRECTION
+from fairvision.cli.options import with_settings
+from fairvision.errors import FairvisionError, InputFileError
 
 diagnose_app = typer.Typer(
     help=(
@@ -89,6 +90,7 @@ def _write(section, output: Path, title: str, meta: dict, extra_files=None):
     return rep.write(output, extra_files=extra_files)
 
 
+@with_settings("n_boot", "seed", n_boot=5000)
 def errors_cmd(
     samples: Path = _SAMPLES,
     scores: Optional[Path] = _SCORES,
@@ -101,35 +103,36 @@ def errors_cmd(
     n_top: Optional[int] = typer.Option(None, "--n-top", min=1, help="Keep this many top features instead of the elbow rule."),
     max_depth: int = typer.Option(3, "--max-depth", min=1, max=6, help="Depth of the explanatory decision tree."),
     n_estimators: int = typer.Option(200, "--trees", min=10, help="Trees in the random forest."),
-    n_boot: int = typer.Option(5000, "--n-boot", min=2, help="Bootstrap resamples for rule standard errors (FHIBE: 5,000)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the split, forest, tree and bootstrap."),
     label: Optional[str] = typer.Option(None, "--label", help="Name of the score in rule sentences (e.g. AR)."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Prune the tree by subject-grouped cross-validation (1-SE rule) so noise splits do not become rules; --no-prune keeps the full-depth tree."),
     missing: str = _MISSING,
+    settings: AuditSettings = None,
 ):
     """Direct error modelling (FHIBE): which annotations predict the per-sample score, ranked by random forest
     importance, the elbow-selected top features, and decision-tree rules such as
     "visible keypoints <= 12 and pose = lying: mean AR 0.41, n = 230" with bootstrap standard errors."""
     # lazy: scikit-learn, pandas, matplotlib (start-up, see module doc)
-    from fairvision.audits.diagnosis.error_model import audit_error_model
+    from fairvision.audits.diagnosis.error_model import ErrorModelOptions, audit_error_model
     from fairvision.io.validate import check_missing_rule
     from fairvision.report.sections.diagnosis import error_model_section
 
     check_missing_rule(missing)
     check_outdir(output)
+    options = ErrorModelOptions(importance=importance, n_top=n_top, max_depth=max_depth, n_estimators=n_estimators,
+                                prune=prune)
     df, subj = load_scored_table(samples, scores, metric, subject_col)
     features = list(feature) or _default_features(df, metric)
     with status("modelling errors"):
         res = audit_error_model(df, metric, features, subject_col=subj, label=label,
-                                higher_is_better=not lower_is_better, importance=importance, n_top=n_top,
-                                max_depth=max_depth, n_estimators=n_estimators, n_boot=n_boot, prune=prune, seed=seed,
-                                missing=missing)
+                                higher_is_better=not lower_is_better, missing=missing, options=options,
+                                settings=settings)
         paths = _write(error_model_section(res), output, "fairvision: error modelling",
                        {"samples": str(samples), "scores": str(scores) if scores else None, "metric": metric,
-                        "features": features, "seed": seed, "n_boot": n_boot, "prune": prune})
+                        "features": features, "prune": prune, "settings": settings.to_meta()})
     done(paths, f"top feature: {res.importances.index[0]}; worst rule: {res.rules.iloc[0]['rule']}")
 
 
+@with_settings("correction")
 def patterns_cmd(
     samples: Path = _SAMPLES,
     scores: Optional[Path] = _SCORES,
@@ -141,9 +144,9 @@ def patterns_cmd(
     lower_is_better: bool = _LOWER,
     min_support: float = typer.Option(0.05, "--min-support", min=0.0001, max=1.0, help="FP-growth minimum support (share of samples)."),
     max_len: int = typer.Option(3, "--max-len", min=2, max=6, help="Longest rule, counting the low-score item."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-comparison correction: holm, bonferroni, bh, none."),
     save_groups: Optional[Path] = typer.Option(None, "--save-groups", help="Write the sample table with a new column error_pattern (matches/other) for the top significant rule, to audit it as a group."),
     missing: str = _MISSING,
+    settings: AuditSettings = None,
 ):
     """Error pattern recognition (FHIBE): FP-growth association rules of attribute values that co-occur with a
     low score, ranked by lift with support, confidence and a corrected Fisher exact test."""
@@ -159,18 +162,20 @@ def patterns_cmd(
     with status("mining error patterns"):
         res = audit_error_patterns(df, metric, attrs, low_quantile=low_quantile, low_threshold=low_threshold,
                                    higher_is_better=not lower_is_better, min_support=min_support, max_len=max_len,
-                                   correction=correction)
+                                   settings=settings)
         sig = res.rules[res.rules["significant"]]
         if save_groups is not None:
             if sig.empty:
                 raise FairvisionError("--save-groups: no significant rule to turn into a group")
             write_table(add_rule_attribute(df, sig.iloc[0]["antecedent"]), save_groups)
         paths = _write(patterns_section(res), output, "fairvision: error patterns",
-                       {"samples": str(samples), "metric": metric, "attributes": attrs, "threshold": res.threshold})
+                       {"samples": str(samples), "metric": metric, "attributes": attrs, "threshold": res.threshold,
+                        "settings": settings.to_meta()})
     top = sig.iloc[0]["items"] if len(sig) else "none significant"
     done(paths, f"{len(res.rules)} rules, {len(sig)} significant; top: {top}")
 
 
+@with_settings("correction")
 def confounders_cmd(
     samples: Path = _SAMPLES,
     scores: Optional[Path] = _SCORES,
@@ -182,9 +187,9 @@ def confounders_cmd(
     n_bins: int = typer.Option(3, "--n-bins", min=2, max=10, help="Quantile strata for a numeric confounder."),
     edges: List[float] = typer.Option([], "--edge", help="Stratum edge for a numeric confounder (repeat; overrides --n-bins)."),
     outcome: str = typer.Option("auto", "--outcome", help="auto, continuous (van Elteren) or binary (Cochran-Mantel-Haenszel)."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Correction over pairs: holm, bonferroni (FHIBE), bh, none."),
     min_count: int = typer.Option(10, "--min-count", min=1, help="Smallest group (subjects) tested inside a stratum (FHIBE: 10)."),
     missing: str = _MISSING,
+    settings: AuditSettings = None,
 ):
     """Confounder control: compare the groups of --attr with and without holding --strata fixed (van Elteren or
     Cochran-Mantel-Haenszel) and report whether the disparity survives."""
@@ -197,12 +202,14 @@ def confounders_cmd(
     df = _apply_missing(df, [attr, strata], missing)
     with status("stratified comparison"):
         res = audit_confounder(df, metric, attr, strata, outcome=outcome, subject_col=subj, n_bins=n_bins,
-                               edges=list(edges) or None, correction=correction, min_count=min_count)
+                               edges=list(edges) or None, min_count=min_count, settings=settings)
         paths = _write(confounder_section(res), output, "fairvision: confounder control",
-                       {"samples": str(samples), "metric": metric, "attribute": attr, "confounder": strata})
+                       {"samples": str(samples), "metric": metric, "attribute": attr, "confounder": strata,
+                        "settings": settings.to_meta()})
     done(paths, res.message)
 
 
+@with_settings("correction")
 def counterfactual_cmd(
     predictions: Path = typer.Option(..., "--predictions", "-p", help="Long table: one row per sample and variant with the true label and the model's prediction (or a correct flag)."),
     output: Path = _OUT,
@@ -213,7 +220,7 @@ def counterfactual_cmd(
     correct_col: Optional[str] = typer.Option(None, "--correct-col", help="Column of true/false (1/0) correctness, instead of comparing predictions with labels."),
     model_col: Optional[str] = typer.Option(None, "--model-col", help="Model column, for several models in one table (one row each in Table 4)."),
     reference: str = typer.Option("reconstructed", "--reference", help="Variant every other one is compared with (Thong et al.: reconstructed)."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Correction over the McNemar tests: holm, bonferroni, bh, none."),
+    settings: AuditSettings = None,
 ):
     """Counterfactual image sets (Thong et al. 2023, Table 4): accuracy per variant and class, and McNemar paired
     tests of each manipulated variant against the reconstructed images."""
@@ -225,9 +232,9 @@ def counterfactual_cmd(
     df = _read_long_table(predictions)
     res = audit_counterfactuals(df, sample_col=sample_col, variant_col=variant_col, label_col=label_col,
                                 prediction_col=prediction_col, correct_col=correct_col, model_col=model_col,
-                                reference=reference, correction=correction)
+                                reference=reference, settings=settings)
     paths = _write(counterfactual_section(res), output, "fairvision: counterfactual skin colour",
-                   {"predictions": str(predictions), "reference": reference})
+                   {"predictions": str(predictions), "reference": reference, "settings": settings.to_meta()})
     done(paths, f"{int(res.tests['significant'].sum())} of {len(res.tests)} variant × class changes significant")
 
 

@@ -15,18 +15,18 @@ from typing import List, Optional
 import typer
 import typer.core
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
-    ADDRESS_OPTION,
-    ENGINE_OPTION,
     NO_STORE_OPTION,
     STORE_OPTION,
     check_outdir,
     done,
     exit_if_gates_failed,
-    results_store, progress_bars)
+    progress_bars,
+    results_store,
+)
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
 
 
 class _DefaultRunGroup(typer.core.TyperGroup):
@@ -45,7 +45,6 @@ generative_app = typer.Typer(
          "'SPEC -o OUT' runs it.",
     no_args_is_help=True,
 )
-
 
 
 def init_cmd(
@@ -68,42 +67,42 @@ def init_cmd(
     typer.echo(f"run:  fairvision audit generative {spec} -o {folder / 'report'}")
 
 
+@with_settings("workers", "engine", "address", workers=2)
 def run_cmd(
     spec_path: Path = typer.Argument(..., metavar="SPEC", help="The experiment spec (TOML; see 'init')."),
     output: Path = typer.Option(Path("generative-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for the built-in editor, folder outputs and the assessment (a callable or HTTP generator runs one at a time unless its spec sets workers)."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_abs_word_skin>10', 'n_flagged_words>0', 'model_age>3', 'face_lost_share>0.05'. Repeat: any one failing fails."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed before/after thumbnails of flagged words (face images: off by default)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr (only on a terminal)."),
+    settings: AuditSettings = None,
 ):
     """Run a generative audit: every generator edits every seed with every neutral prompt (outputs that
     exist are kept), seeds and outputs are assessed (skin colour, age, gender, identity, lost faces; kept in
     the results store, so a rerun assesses only what is new),
-    and word, topic and model scores with bootstrap CIs and corrected paired tests are reported."""
+    and word, topic and model scores with bootstrap CIs and corrected paired tests are reported. --workers
+    parallelises the built-in editor, folder outputs and the assessment (a callable or HTTP generator runs one at
+    a time unless its spec sets workers)."""
     from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition  # lazy: see the docstring
     from fairvision.audits.generative import audit_generative, load_spec
-    from fairvision.audits.generative.compare import run_files
+    from fairvision.audits.generative.runs import run_files
     from fairvision.engine import check_engine
     from fairvision.report import Report
     from fairvision.report.sections.generative import generative_sections
 
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     check_outdir(output)
-    check_engine(engine, address)
+    check_engine(settings.engine, settings.address)
     results = results_store(store, no_store)
     spec = load_spec(spec_path)
     with progress_bars(progress) as advance:
-        result = audit_generative(spec, workers=workers, engine=engine, address=address, progress=advance,
-                                  store=results)
+        result = audit_generative(spec, settings=settings, progress=advance, store=results)
     gates = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=f"Generative audit: {spec.name}", subtitle="fairvision generative model audit (BiasPainter)",
                     meta={"spec": str(spec_path), "generators": ", ".join(result.generators),
                           "seeds": len(spec.seeds), "prompt words": len(spec.prompts),
-                          **(gate_meta(gates) if gates else {})})
+                          "settings": spec.run_settings(settings).to_meta(), **(gate_meta(gates) if gates else {})})
     for sec in generative_sections(result, show_images=show_images):
         report.add(sec)
     paths = report.write(output, extra_files=run_files(result))
@@ -117,16 +116,13 @@ def run_cmd(
     exit_if_gates_failed(gates)
 
 
+@with_settings("n_boot", "level", "alpha", "correction", "seed")
 def compare_cmd(
     runs: List[Path] = typer.Argument(..., metavar="RUN_DIR...", help="Two or more output folders of 'fairvision audit generative' (one folder with several generators also works)."),
     output: Path = typer.Option(Path("generative-compare"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     name: List[str] = typer.Option([], "--name", help="A label per generator, in the order of the runs (repeat); default the generator names."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap replicates over seed photos, shared by all generators."),
-    level: float = typer.Option(0.95, "--level", min=0.5, max=0.999, help="Two-sided level of the CIs."),
-    alpha: float = typer.Option(0.05, "--alpha", min=0.0, max=1.0, help="Significance level of the flags."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged_differences>0', 'model_difference_skin_L>2', 'model_skin_L.sd15>3'. Repeat: any one failing fails."),
+    settings: AuditSettings = None,
 ):
     """Compare the generators of finished generative audits on the same seeds and words: model, topic and word
     scores side by side, paired tests between generators (corrected), and the most and least biased generator
@@ -136,18 +132,15 @@ def compare_cmd(
     from fairvision.report import Report
     from fairvision.report.sections.generative import compare_section
 
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction {correction!r}: choose one of {', '.join(CORRECTIONS)}")
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     check_outdir(output)
-    cmp = compare_generative(runs, names=name or None, n_boot=n_boot, level=level, alpha=alpha, seed=seed,
-                             correction=correction)
+    cmp = compare_generative(runs, names=name or None, settings=settings)
     gates = evaluate_conditions(conditions, cmp.quantities()) if conditions else []
     report = Report(title="Generative audit: generators compared",
                     subtitle="fairvision generative model comparison (BiasPainter)",
                     meta={"runs": ", ".join(map(str, runs)), "generators": ", ".join(cmp.generators),
                           "seeds": cmp.settings["n_seeds"], "prompt words": cmp.settings["n_words"],
-                          **(gate_meta(gates) if gates else {})})
+                          "settings": settings.to_meta(), **(gate_meta(gates) if gates else {})})
     report.add(compare_section(cmp, conditions=gates))
     paths = report.write(output)
     q = cmp.quantities()

@@ -11,10 +11,11 @@ import typer
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
 from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
 from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
+from fairvision.audits.settings import AuditSettings
+from fairvision.cli.options import with_settings
 
 
+@with_settings("min_subjects", "correction", "alpha", "n_boot", "seed")
 def audit_model_cmd(
     samples: Path = typer.Option(..., "--samples", "-s", help="Sample table (CSV, TSV, Parquet, JSON/JSONL): sample_id, attribute columns, optionally subject_id."),
     scores: Path = typer.Option(..., "--scores", help="Per-sample scores table with a sample_id column and one column per metric; joined on sample_id."),
@@ -24,9 +25,6 @@ def audit_model_cmd(
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Column identifying the person (default: subject_id if present). CIs resample people, not images."),
     lower_is_better: List[str] = typer.Option([], "--lower-is-better", help="Metric where lower is better (error, LPIPS): worst and best swap. Repeat for several."),
     max_k: int = typer.Option(2, "--max-k", min=1, max=6, help="Largest intersection size (1 = single attributes, 2 = also every pair of attributes, ...)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared (FHIBE: 10)."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-comparison correction within each attribute set: holm (default), bonferroni (FHIBE), bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the corrected p-values."),
     test_unit: str = typer.Option("subject", "--test-unit", help="What the Mann-Whitney tests compare: 'subject' (mean per person; images of one person are not independent) or 'sample' (every image, as the FHIBE paper)."),
     true_col: Optional[str] = typer.Option(None, "--true-col", help="True class column (samples or scores table): adds recall by class and group, ID and OD with a CI."),
     pred_col: Optional[str] = typer.Option(None, "--pred-col", help="Predicted class column, with --true-col."),
@@ -34,9 +32,8 @@ def audit_model_cmd(
     schema_file: Optional[Path] = typer.Option(None, "--schema", help="JSON schema: declared categories, order, bins, multi-valued attributes, hierarchies."),
     missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave out), 'keep' (group '(missing)')."),
     multi: List[str] = typer.Option([], "--multi", help="Attribute whose cells hold several values separated by '|' (a subject counts in each)."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples for confidence intervals (0 = none)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed for the bootstrap."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Audit a model: disaggregate per-sample scores (recall, IoU, PCK, accuracy, PSNR...) by group and
     intersection with subject-level bootstrap CIs; compare every pair of groups with Mann-Whitney U tests
@@ -45,16 +42,11 @@ def audit_model_cmd(
     check_outdir(output)
     if missing not in ("error", "drop", "keep"):
         raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
-    if not 0 < alpha < 1:
-        raise FairvisionError("--alpha must be between 0 and 1")
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     paths, result, evaluated = run_model_audit(
         samples, scores, attr, output, metrics=metric, subject_col=subject_col, lower_is_better=lower_is_better,
-        max_k=max_k, min_subjects=min_subjects, correction=correction, alpha=alpha, test_unit=test_unit,
-        true_col=true_col, pred_col=pred_col, conditions=conditions, schema_file=schema_file, missing=missing,
-        multi=multi, n_boot=n_boot, seed=seed, title=title,
+        max_k=max_k, settings=settings, test_unit=test_unit, true_col=true_col, pred_col=pred_col,
+        conditions=conditions, schema_file=schema_file, missing=missing, multi=multi, title=title,
     )
     top = result.top_disparities
     extra = f"{result.n_samples:,} samples, {len(result.metrics)} metrics, {len(result.intersections)} attribute sets"
@@ -66,9 +58,8 @@ def audit_model_cmd(
 
 
 def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_col=None, lower_is_better=(), max_k=1,
-                    min_subjects=10, correction=DEFAULT_CORRECTION, alpha=0.05, test_unit="subject", true_col=None,
-                    pred_col=None, conditions=(), schema_file=None, schema=None, missing="error", multi=(),
-                    n_boot=1000, seed=0, title=None):
+                    settings=None, test_unit="subject", true_col=None, pred_col=None, conditions=(), schema=None,
+                    missing="error", multi=(), title=None, schema_file=None):
     """Read, join, audit and write the report; returns ``(paths, result, evaluated_conditions)``."""
     # lazy: pandas, scipy and the report stack cost about 1.5 s, ten times the CLI's start-up (every command imports this module)
     import pandas as pd
@@ -108,15 +99,15 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     with _progress(total) as advance:
         result = audit_model(
             data, metrics, [schema[a] for a in attributes], subject_col=subject_col, lower_is_better=lower_is_better,
-            max_k=max_k, min_subjects=min_subjects, correction=correction, alpha=alpha, n_boot=n_boot, seed=seed,
-            true_col=true_col, pred_col=pred_col, test_unit=test_unit, progress=advance, source=s_src,
+            max_k=max_k, settings=settings, true_col=true_col, pred_col=pred_col, test_unit=test_unit, progress=advance, source=s_src,
         )
     evaluated = evaluate_conditions(list(conditions), result.quantities()) if conditions else []
     report = Report(
         title=title or f"Model audit: {Path(c_src).name}",
         subtitle="fairvision model audit",
         meta={"samples": s_src, "scores": c_src, "attributes": ", ".join(attributes), "metrics": ", ".join(result.metrics),
-              "correction": correction, "min_subjects": min_subjects, "test_unit": test_unit,
+              "correction": result.correction, "min_subjects": result.min_subjects, "test_unit": test_unit,
+              "settings": result.settings.to_meta(),
               **gate_meta(evaluated)},
     )
     report.add(model_section(result, conditions=evaluated))

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional
 
 import typer
 
 from fairvision.audits.gates import describe, evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
-    ADDRESS_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, image_table,
-    results_store,
+    NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, image_table, results_store,
 )
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION, METHODS
 
 retrieval_app = typer.Typer(
     help="Visual-search harness for retrieval audits: k-nearest-neighbour results from embeddings or photos.",
@@ -59,48 +60,68 @@ def _progress(enabled: bool) -> Iterator:
         yield task
 
 
-def _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task, upsample=1, workers=1,
-             engine="local", address=None, store=None):
-    """Run the visual-search harness; returns (results, items, embedding status or None)."""
-    # lazy: numpy and pandas (see the module docstring)
-    import numpy as np
+@dataclass(frozen=True)
+class _Harness:
+    """The visual-search harness of a command: where the vectors come from (photos embedded with the face
+    descriptor, or an embeddings file) and how the nearest neighbours are found."""
 
-    from fairvision.io.embeddings import read_embeddings
-    from fairvision.io.retrieval import read_items
-    from fairvision.stats.knn import knn_search
+    embed_images: Optional[str]
+    embeddings: Optional[Path]
+    limit: Optional[int]
+    k: int
+    metric: str
+    p: float
+    group_col: Optional[str]
 
-    status = None
-    if embed_images is not None:
-        from fairvision.audits.retrieval import embed_images as embed_many  # lazy: pandas and the engine, only for --embed-images
+    def run(self, items_df, task, *, settings: AuditSettings | None = None, store=None):
+        """Run the harness; returns (results, items, embedding status or None)."""
+        # lazy: numpy and pandas (see the module docstring)
+        import numpy as np
 
-        table = image_table(str(embed_images), hint="or use 'demo' for the bundled FairFace photos")
-        if limit:
-            table = table.iloc[: int(limit)].reset_index(drop=True)
-        items_from_images = read_items(table, name=str(embed_images))
+        from fairvision.stats.knn import knn_search
+
+        if self.embed_images is not None:
+            x, ids, items_df, status = self._embed(items_df, task, settings, store)
+        else:
+            from fairvision.io.embeddings import read_embeddings
+
+            (x, ids), status = read_embeddings(self.embeddings), None
+        groups = self._groups(items_df, ids) if self.group_col else None
+        results = knn_search(np.asarray(x), ids, self.k, metric=self.metric, p=self.p, groups=groups,
+                             progress=task("nearest neighbours", len(ids)))
+        return results, items_df, status
+
+    def _embed(self, items_df, task, settings, store):
+        """Face descriptors of the photos: ``(vectors, ids, items, status)``."""
+        from fairvision.io.retrieval import read_items
+        from fairvision.vision.face_descriptor_batch import embed_face_images  # lazy: the engine, only for --embed-images
+
+        table = image_table(str(self.embed_images), hint="or use 'demo' for the bundled FairFace photos")
+        if self.limit:
+            table = table.iloc[: int(self.limit)].reset_index(drop=True)
+        items_from_images = read_items(table, name=str(self.embed_images))
         if items_df is None:
             items_df = items_from_images
-        fe = embed_many(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(), upsample=upsample,
-                         workers=workers, engine=engine, address=address, store=store,
-                         progress=task("embedding faces", len(items_from_images)))
-        status = fe.status
-        x, ids = fe.embeddings, fe.ids
-        if len(ids) < k + 1:
-            raise FairvisionError(f"{embed_images}: only {len(ids)} images with a detectable face; need more than k = {k}")
-    else:
-        x, ids = read_embeddings(embeddings)
-    groups = None
-    if group_col:
-        if group_col not in items_df.columns:
-            raise FairvisionError(f"items: no column {group_col!r} for --group-col; columns are {', '.join(map(str, items_df.columns))}")
-        gmap = dict(zip(items_df["item_id"].astype(str), items_df[group_col]))
+        fe = embed_face_images(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(),
+                               settings=settings, store=store, progress=task("embedding faces", len(items_from_images)))
+        if len(fe.ids) < self.k + 1:
+            raise FairvisionError(f"{self.embed_images}: only {len(fe.ids)} images with a detectable face; need more "
+                                  f"than k = {self.k}")
+        return fe.embeddings, fe.ids, items_df, fe.status
+
+    def _groups(self, items_df, ids) -> list:
+        """The --group-col value of every embedded item."""
+        if self.group_col not in items_df.columns:
+            raise FairvisionError(f"items: no column {self.group_col!r} for --group-col; columns are "
+                                  f"{', '.join(map(str, items_df.columns))}")
+        gmap = dict(zip(items_df["item_id"].astype(str), items_df[self.group_col]))
         missing = [i for i in ids if i not in gmap]
         if missing:
             raise FairvisionError(f"items: embedding id {missing[0]!r} has no row (needed for --group-col)")
-        groups = [gmap[i] for i in ids]
-    results = knn_search(np.asarray(x), ids, k, metric=metric, p=p, groups=groups, progress=task("nearest neighbours", len(ids)))
-    return results, items_df, status
+        return [gmap[i] for i in ids]
 
 
+@with_settings("alpha", "correction", "seed", "workers", "engine", "address", alpha=0.01)
 def audit_retrieval_cmd(
     outdir: Path = typer.Option(Path("fairvision-retrieval-report"), "--output", "-o", "--out", help="Output folder for report.html, report.json and tables/ (written atomically)."),
     attr: Optional[str] = typer.Option(None, "--attr", "-a", help="Protected attribute column of the item table (default with --measure-skin: st_class)."),
@@ -108,8 +129,6 @@ def audit_retrieval_cmd(
     items: Optional[Path] = typer.Option(None, "--items", "-i", help="Item table (CSV, TSV, Parquet, JSON) with an id column (item_id, sample_id, id) and the attribute. Queries are looked up here too."),
     catalog: Optional[Path] = typer.Option(None, "--catalog", help="Catalog table (default: the item table)."),
     k: int = typer.Option(6, "-k", "--k", min=1, help="Top-K results per query that are tested (paper: 6)."),
-    alpha: float = typer.Option(0.01, "--alpha", min=0.0, max=1.0, help="Significance level (paper: 0.01)."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help=f"Multiple-comparison correction of the contrast and per-rank tests: {', '.join(METHODS)} (default {DEFAULT_CORRECTION})."),
     continuity: bool = typer.Option(False, "--continuity/--no-continuity", help="Yates' continuity correction of the 2 x 2 contrast tests (default off: Pearson chi-square, as in the paper)."),
     power_trials: int = typer.Option(1000, "--power-trials", min=0, help="Monte Carlo trials of the power analysis (0 skips it)."),
     min_queries: int = typer.Option(10, "--min-queries", min=1, help="Values with fewer queries are flagged as too small to judge."),
@@ -120,16 +139,13 @@ def audit_retrieval_cmd(
     p: float = typer.Option(2.0, "--p", help="Minkowski order p (2 = Euclidean, the paper's choice)."),
     group_col: Optional[str] = typer.Option(None, "--group-col", help="Item column with a product/group id: k-NN never returns an item of the query's own group (near-duplicates)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=2, help="Use only the first N images of --embed-images (quick runs)."),
-    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Worker processes (Ray actors with --engine ray) for --measure-skin and --embed-images."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
-    seed: int = typer.Option(0, "--seed", help="Seed of the Monte Carlo tests and power analysis."),
     title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_p<0.01', 'min_nrr<0.8', 'n_unfair>0' (repeat for several)."),
     missing: Optional[str] = typer.Option(None, "--missing", help="Items with an empty attribute cell: 'error' (stop, naming the row; the default), 'drop' (leave them out; the default with --measure-skin, where images without a measurable face have no class, as in the paper), 'keep' (a value of its own)."),
+    settings: AuditSettings = None,
 ):
     """Test whether the protected attribute of a query leaks into its top-K results (distribution parity).
 
@@ -141,70 +157,89 @@ def audit_retrieval_cmd(
       fairvision audit retrieval --embed-images demo --attr gender -o out
     """
     # lazy: pandas, scipy, matplotlib (see the module docstring)
-    from fairvision.audits.retrieval import audit_retrieval, measure_skin_attribute
-    from fairvision.io.retrieval import read_items, read_results
-    from fairvision.io.validate import check_missing_rule
-    from fairvision.report import Report
-    from fairvision.report.sections.retrieval import retrieval_section
-    from fairvision.stats.chisquare import SmallExpectedCountWarning
+    from fairvision.audits.retrieval import PowerOptions, audit_retrieval
     from fairvision.engine import check_engine
+    from fairvision.io.validate import check_missing_rule
+    from fairvision.stats.chisquare import SmallExpectedCountWarning
+    from fairvision.stats.parity import ParityOptions
 
     check_outdir(outdir)
-    check_engine(engine, address)
-    skin_store = results_store(store, no_store) if (measure_skin or embed_images is not None) else None
+    check_engine(settings.engine, settings.address)
     missing = check_missing_rule(missing or ("drop" if measure_skin else "error"))
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
-    if correction not in METHODS:
-        raise FairvisionError(f"unknown --correction {correction!r}; choose one of {', '.join(METHODS)}")
-    if not 0 < alpha < 1:
-        raise FairvisionError(f"--alpha must be between 0 and 1, got {alpha}")
     sources = [s for s in (results, embed_images, embeddings) if s is not None]
     if len(sources) != 1:
         raise FairvisionError("give exactly one of --results, --embeddings or --embed-images")
     if attr is None and not measure_skin:
         raise FairvisionError("--attr is required (the protected attribute column), unless --measure-skin")
-    items_df = read_items(items) if items is not None else None
-    if items_df is None and embed_images is None:
-        raise FairvisionError(f"{'--results' if results is not None else '--embeddings'} needs --items (the table with the protected attribute)")
-    extra = {}
+    harness = _Harness(embed_images, embeddings, limit, k, metric, p, group_col)
+    store_ = results_store(store, no_store) if (measure_skin or embed_images is not None) else None
     with _progress(progress) as task:
-        status = None
-        if results is not None:
-            res = read_results(results)
-        else:
-            res, items_df, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task,
-                                             workers=workers, engine=engine, address=address, store=skin_store)
-            extra["results.csv"] = res.to_csv(index=False).encode()
-        if measure_skin:
-            items_df = measure_skin_attribute(items_df, progress=progress, workers=workers, engine=engine, address=address,
-                                              store=skin_store)
-            attr = attr or "st_class"
-            extra["skin.csv"] = items_df[["item_id", "ita", "st_class"]].to_csv(index=False).encode()
-        if attr not in items_df.columns:
-            raise FairvisionError(f"{items_df.attrs.get('source', 'items')}: no column {attr!r}; columns are {', '.join(map(str, items_df.columns))}")
-        cat_df = read_items(catalog, attr, name="catalog") if catalog is not None else None
+        res, items_df, attr, status, extra = _audit_inputs(results, items, attr, measure_skin, harness, task,
+                                                           settings, store_, progress)
+        cat_df = _read_catalog(catalog, attr)
         step = task("power analysis", 4)
         stages = {"parity tests": 1, "power curves": 2, "detectable bias": 3, "catalog size check": 4}
         with warnings.catch_warnings():  # small-count warnings become notes in the report
             warnings.simplefilter("ignore", SmallExpectedCountWarning)
             audit = audit_retrieval(
-                res, items_df, attr, catalog=cat_df, k=k, alpha=alpha, correction=correction, continuity=continuity,
-                min_queries=min_queries, power_trials=power_trials, seed=seed, embedding_status=status,
-                progress=lambda msg: step(stages.get(msg, 0)), missing=missing,
+                res, items_df, attr, catalog=cat_df, k=k, missing=missing,
+                parity=ParityOptions(continuity=continuity, min_queries=min_queries),
+                power=PowerOptions(trials=power_trials), embedding_status=status,
+                progress=lambda msg: step(stages.get(msg, 0)), settings=settings,
             )
     gates = evaluate_conditions(conditions, audit.quantities()) if conditions else []
+    paths = _write_report(audit, outdir, title, attr, k, gates, settings, extra)
+    om = audit.parity.omnibus
+    done(paths, f"omnibus chi2({om.df}) = {om.statistic:.4g}, p = {om.pvalue:.3g} "
+                f"({'bias detected' if om.pvalue < settings.alpha else 'no bias detected'} at alpha {settings.alpha:g})")
+    exit_if_gates_failed(gates)
+
+
+def _audit_inputs(results, items, attr, measure_skin: bool, harness: _Harness, task, settings: AuditSettings, store,
+                  progress: bool):
+    """The ranked results and the item table of the audit, read or made by the harness, with the skin colour
+    measured when asked: ``(results, items, attribute, embedding status, extra report files)``."""
+    from fairvision.audits.retrieval import SKIN_ATTRIBUTE, measure_skin_attribute
+    from fairvision.io.retrieval import read_items, read_results
+
+    items_df = read_items(items) if items is not None else None
+    if items_df is None and harness.embed_images is None:
+        raise FairvisionError(f"{'--results' if results is not None else '--embeddings'} needs --items (the table with the protected attribute)")
+    extra, status = {}, None
+    if results is not None:
+        res = read_results(results)
+    else:
+        res, items_df, status = harness.run(items_df, task, settings=settings, store=store)
+        extra["results.csv"] = res.to_csv(index=False).encode()
+    if measure_skin:
+        items_df = measure_skin_attribute(items_df, progress=progress, settings=settings, store=store)
+        attr = attr or SKIN_ATTRIBUTE
+        extra["skin.csv"] = items_df[["item_id", "ita", SKIN_ATTRIBUTE]].to_csv(index=False).encode()
+    if attr not in items_df.columns:
+        raise FairvisionError(f"{items_df.attrs.get('source', 'items')}: no column {attr!r}; columns are {', '.join(map(str, items_df.columns))}")
+    return res, items_df, attr, status, extra
+
+
+def _read_catalog(catalog: Optional[Path], attr: str):
+    from fairvision.io.retrieval import read_items
+
+    return read_items(catalog, attr, name="catalog") if catalog is not None else None
+
+
+def _write_report(audit, outdir: Path, title: str, attr: str, k: int, gates: list, settings: AuditSettings, extra: dict):
+    """Write report.html, report.json and the tables (and the extra files) of a retrieval audit."""
+    from fairvision.report import Report
+    from fairvision.report.sections.retrieval import retrieval_section
+
     report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",
-                    meta={"command": "audit retrieval", **audit.meta, "attribute": attr,
+                    meta={"command": "audit retrieval", **audit.meta, "attribute": attr, "settings": settings.to_meta(),
                           **(gate_meta(gates) if gates else {})})
     section = retrieval_section(audit)
     for g in gates:
         section.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
     report.add(section)
-    paths = report.write(outdir, extra_files=extra or None)
-    om = audit.parity.omnibus
-    done(paths, f"omnibus chi2({om.df}) = {om.statistic:.4g}, p = {om.pvalue:.3g} "
-                f"({'bias detected' if om.pvalue < alpha else 'no bias detected'} at alpha {alpha:g})")
-    exit_if_gates_failed(gates)
+    return report.write(outdir, extra_files=extra or None)
 
 
 def knn_cmd(
@@ -232,7 +267,7 @@ def knn_cmd(
     if group_col and items_df is None and embed_images is None:
         raise FairvisionError("--group-col needs --items")
     with _progress(progress) as task:
-        res, _, status = _harness(embed_images, embeddings, items_df, k, metric, p, group_col, limit, task)
+        res, _, status = _Harness(embed_images, embeddings, limit, k, metric, p, group_col).run(items_df, task)
     write_table(res, output)
     msg = f"{res['query_id'].nunique():,} queries x top-{k}"
     if status is not None:

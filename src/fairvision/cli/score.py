@@ -15,7 +15,9 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import check_outdir, check_output_file, done, exit_if_gates_failed
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 
 score_app = typer.Typer(
@@ -66,8 +68,6 @@ def _run_score(task, gt, pred, output, **kw):
     from fairvision.io.tables import write_table
 
     check_output_file(output, _TABLE_SUFFIXES)
-    if kw["per"] not in ("image", "instance"):
-        raise FairvisionError(f"--per must be image or instance, not {kw['per']!r}")
     g = read_coco(gt)
     p = read_coco_results(pred, g)
     table = score_coco(g, p, task, **kw)
@@ -161,6 +161,7 @@ def score_keypoints_cmd(
                counts=counts, pck_alpha=pck_alpha, head=hd)
 
 
+@with_settings("min_subjects", "n_boot", "seed")
 def audit_verification_cmd(
     pairs: Path = typer.Option(..., "--pairs", "-p", help="Pairs table (CSV, TSV, Parquet, JSON/JSONL): sample_a, sample_b, "
                                                          "score (similarity, higher = same person) and optionally same_subject (true/false)."),
@@ -173,12 +174,10 @@ def audit_verification_cmd(
     score_col: str = typer.Option("score", "--score-col", help="Column of the pairs table with the similarity."),
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column of the samples table (default: subject_id if present). CIs resample people; without same_subject, genuine pairs are those of one person."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small and not compared."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=0, help="Bootstrap resamples for the CIs (0 = none)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed for the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'difference>0.05', 'min<0.9', 'gender.difference>0.02', 'far0.01.min<0.95'. Repeat: any one failing fails."),
     schema_file: Optional[Path] = typer.Option(None, "--schema", help="JSON schema: declared categories, bins, multi-valued attributes, hierarchies."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Face verification: TAR at FAR by group and intersection, with subject-bootstrap CIs.
 
@@ -189,7 +188,7 @@ def audit_verification_cmd(
           -a gender -a skin_tone --far 0.001 --fail-if 'difference>0.05' -o verif
     """
     # lazy: pandas, scipy and the report stack (see _run_score)
-    from fairvision.audits.scoring import audit_verification_pairs
+    from fairvision.audits.verification import audit_verification_pairs
     from fairvision.io.embeddings import read_embeddings
     from fairvision.io.pairs import read_pairs
     from fairvision.io.tables import read_table
@@ -198,8 +197,6 @@ def audit_verification_cmd(
     from fairvision.schema import Schema
 
     check_outdir(output)
-    if threshold not in ("group", "global"):
-        raise FairvisionError(f"--threshold must be group or global, not {threshold!r}")
     conditions = [parse_condition(c) for c in fail_if]
     sdf = read_table(samples)
     pdf = read_pairs(pairs, score_col=None if embeddings is not None else score_col)
@@ -210,15 +207,15 @@ def audit_verification_cmd(
     result = audit_verification_pairs(
         sdf, pdf, attr, far=far, threshold=threshold,
         subject_col=subject_col or "subject_id", embeddings=emb, embedding_ids=ids, max_k=max_k, schema=schema,
-        min_subjects=min_subjects, n_boot=n_boot, seed=seed, source=str(samples), pairs_source=str(pairs),
+        settings=settings, source=str(samples), pairs_source=str(pairs),
     )
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(
         title=title or f"Face verification audit: {pairs.name}",
         subtitle="fairvision verification audit",
         meta={"pairs": str(pairs), "samples": str(samples), "attributes": ", ".join(attr),
-              "far": ", ".join(f"{f:g}" for f in result.fars), "threshold": threshold, "min_subjects": min_subjects,
-              **gate_meta(evaluated)},
+              "far": ", ".join(f"{f:g}" for f in result.fars), "threshold": threshold, "min_subjects": settings.min_subjects,
+              "settings": settings.to_meta(), **gate_meta(evaluated)},
     )
     report.add(verification_section(result, conditions=evaluated))
     paths = report.write(output)

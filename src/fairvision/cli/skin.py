@@ -11,10 +11,11 @@ from typing import Optional
 
 import typer
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
-    ADDRESS_OPTION, CACHE_OPTION, ENGINE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done,
-    results_store,
+    CACHE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done, results_store,
 )
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
@@ -25,6 +26,7 @@ skin_app = typer.Typer(
 )
 
 
+@with_settings("workers", "engine", "address", workers=2)
 def measure_cmd(
     source: Path = typer.Argument(
         ..., metavar="IMAGES_OR_FOLDER_OR_TABLE",
@@ -36,34 +38,32 @@ def measure_cmd(
     masks: Optional[Path] = typer.Option(None, "--masks", help="Folder of supplied skin masks named <sample_id>.png, <image stem>.png or <image stem>_skin.png (binary, or label maps with --skin-label)."),
     skin_label: Optional[int] = typer.Option(None, "--skin-label", help="Label id of skin in label-map masks (CelebAMask-HQ / FHIBE style)."),
     faces: str = typer.Option("all", "--faces", help="Which faces to measure: all (default) or largest (face crops with bystanders at the edge)."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes (Ray actors with --engine ray)."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     cache: Optional[Path] = CACHE_OPTION,
     overlays: Optional[Path] = typer.Option(None, "--overlays", help="Write a QA overlay PNG per image here: mask outline, face outline and the thong clusters."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    settings: AuditSettings = None,
 ):
     """Measure the apparent skin colour of every image and write one row per image:
     L*, a*, b*, hue angle, ITA, chroma, pixel count, faces found, mask method and trust, quality
     flags, the skin-colour categories, and for images that could not be measured the reason."""
-    from fairvision.audits.skin_batch import measure_images  # lazy imports: see the module docstring
-    from fairvision.engine import check_engine
+    from fairvision.engine import check_engine  # lazy imports: see the module docstring
     from fairvision.io.tables import write_table
     from fairvision.report.overlays import render_overlay
+    from fairvision.skin.batch import MeasureParams, measure_images
 
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
-    check_engine(engine, address)
+    params = MeasureParams(method=method, mask_method=mask_method, faces=faces, skin_label=skin_label)
+    check_engine(settings.engine, settings.address)
     results = results_store(store, no_store, cache)
     if overlays is not None:
         check_outdir(overlays)
     if not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
     df = measure_images(
-        source, method=method, mask_method=mask_method, masks_dir=masks, skin_label=skin_label,
-        workers=workers, engine=engine, address=address, store=results, overlays_dir=overlays, progress=progress, faces=faces,
-        overlay=render_overlay if overlays is not None else None,
+        source, params=params, masks_dir=masks, settings=settings, store=results, overlays_dir=overlays,
+        overlay=render_overlay if overlays is not None else None, progress=progress,
     )
     s = df.attrs["summary"]
     if s["measured"] == 0:  # bad input (exit 2, not the gate's 1); an output of failures only is not written
@@ -83,13 +83,12 @@ def measure_cmd(
         typer.echo(f"overlays: {overlays.resolve()}")
 
 
-def _load_or_measure(source: Path, method: str, workers: int, faces: str, engine: str = "local", address: str | None = None,
-                     store=None):
+def _load_or_measure(source: Path, method: str, faces: str, settings: AuditSettings, store=None):
     """A measurement table (with L and hue columns) as is; images, folders and sample tables are measured."""
     import pandas as pd  # lazy imports: see the module docstring
 
-    from fairvision.audits.skin_batch import measure_images
     from fairvision.io.tables import read_raw_table
+    from fairvision.skin.batch import MeasureParams, measure_images
 
     if not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
@@ -97,7 +96,7 @@ def _load_or_measure(source: Path, method: str, workers: int, faces: str, engine
         df = read_raw_table(source)
         if {"L", "hue"} <= set(df.columns):
             return df
-    df = measure_images(source, method=method, workers=workers, engine=engine, address=address, faces=faces, progress=True,
+    df = measure_images(source, params=MeasureParams(method=method, faces=faces), settings=settings, progress=True,
                         store=store)
     return pd.DataFrame(df)
 
@@ -110,18 +109,18 @@ def _write_report(section, output: Path, title: str, meta: dict) -> None:
     done(report.write(output))
 
 
+# n_boot=2000: the skin audits' own default (fairvision.audits.skin.DEFAULTS), for the subject bootstrap
+@with_settings("workers", "engine", "address", workers=2, n_boot=2000)
 def report_cmd(
     source: Path = typer.Argument(..., metavar="SKIN_TABLE_OR_IMAGES", help="A table written by 'fairvision skin measure' (or any table with L and hue columns), or images / a folder / a sample table to measure first."),
     output: Path = typer.Option(Path("skin-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     by: Optional[str] = typer.Option(None, "--by", help="Attribute column to break the light/dark x red/yellow cells down by."),
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column: cell CIs then resample people, not images."),
     method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes when images are measured first."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
     faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
+    settings: AuditSettings = None,
 ):
     """Skin colour distribution of one image set: Thong et al.'s light/dark x red/yellow table with CIs,
     20-bin histograms of L* and h*, the L* vs h* scatter, and a breakdown by group (--by)."""
@@ -130,25 +129,26 @@ def report_cmd(
 
     check_outdir(output)
     results = results_store(store, no_store)
-    df = _load_or_measure(source, method, workers, faces, engine, address, results)
+    df = _load_or_measure(source, method, faces, settings, results)
     if by is not None and by not in df.columns:
         raise FairvisionError(f"{source}: no column {by!r} for --by; columns are {', '.join(map(str, df.columns))}")
-    dist = audit_skin_distribution(df, by=by, subject=subject_col, name=source.stem)
-    _write_report(skin_section(dist), output, f"Skin colour: {source.name}", {"source": str(source), "by": by or "-"})
+    dist = audit_skin_distribution(df, by=by, subject=subject_col, name=source.stem, settings=settings)
+    _write_report(skin_section(dist), output, f"Skin colour: {source.name}",
+                  {"source": str(source), "by": by or "-", "settings": settings.to_meta()})
 
 
+# n_boot=2000: the skin audits' own default (fairvision.audits.skin.DEFAULTS), for the subject bootstrap
+@with_settings("workers", "engine", "address", workers=2, n_boot=2000)
 def compare_cmd(
     first: Path = typer.Argument(..., metavar="FIRST", help="First set: a skin table from 'fairvision skin measure', or images / a folder / a sample table."),
     second: Path = typer.Argument(..., metavar="SECOND", help="Second set, same kinds of input (e.g. a generator's outputs)."),
     output: Path = typer.Option(Path("skin-comparison"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     names: Optional[str] = typer.Option(None, "--names", help="Names of the two sets, comma-separated (default: the file or folder names)."),
     method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes when images are measured first."),
-    engine: str = ENGINE_OPTION,
-    address: Optional[str] = ADDRESS_OPTION,
     faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
+    settings: AuditSettings = None,
 ):
     """Compare the skin colour of two image sets (Thong et al. Table 2: e.g. training data against a
     generator's outputs): both light/dark x red/yellow tables with CIs, their difference in percentage
@@ -161,11 +161,11 @@ def compare_cmd(
         raise FairvisionError(f"--names needs two comma-separated names, got {names!r}")
     check_outdir(output)
     results = results_store(store, no_store)
-    a = _load_or_measure(first, method, workers, faces, engine, address, results)
-    b = _load_or_measure(second, method, workers, faces, engine, address, results)
-    result = audit_skin_comparison(a, b, names=pair)
+    a = _load_or_measure(first, method, faces, settings, results)
+    b = _load_or_measure(second, method, faces, settings, results)
+    result = audit_skin_comparison(a, b, names=pair, settings=settings)
     _write_report(skin_section(result), output, f"Skin colour: {pair[0]} vs {pair[1]}",
-                  {"first": str(first), "second": str(second)})
+                  {"first": str(first), "second": str(second), "settings": settings.to_meta()})
     t = result.test
     typer.echo(f"chi-square({t.df}) = {t.statistic:.2f}, p = {t.pvalue:.3g}")
 

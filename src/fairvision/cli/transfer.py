@@ -8,10 +8,10 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store, status
-from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
+from fairvision.cli.options import with_settings
+from fairvision.errors import FairvisionError, ParameterError
 
 transfer_app = typer.Typer(
     help="Bias-transfer studies: training subsets with controlled bias, and dataset bias set against model bias.",
@@ -19,6 +19,11 @@ transfer_app = typer.Typer(
 )
 
 
+#: parameters of :func:`fairvision.audits.transfer.design.design_subsets` -> this command's options
+_SUBSET_OPTIONS = {"attributes": "attr", "designs": "design", "fractions": "fraction"}
+
+
+@with_settings("seed")
 def subsets_cmd(
     table: Path = typer.Argument(..., help="Labelled sample table (CSV, TSV, Parquet, JSON/JSONL)."),
     label: str = typer.Option(..., "--label", "-l", help="Column the models predict (the class)."),
@@ -32,8 +37,8 @@ def subsets_cmd(
     schema_file: Optional[Path] = typer.Option(None, "--schema", help="JSON schema: declared categories, order, bins."),
     missing: str = typer.Option("error", "--missing", help="Empty label or attribute cells: 'error' (stop), 'drop' (leave the row out), 'keep' (group '(missing)')."),
     fmt: str = typer.Option("csv", "--format", help="Format of the written tables: csv or parquet."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the test split and the subsets."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Design the training subsets of a bias-transfer study: hold out a common test set by subject, then draw
     stratified fractions (keeping the joint class x group distribution), subsets balanced per class and group, and
@@ -51,10 +56,17 @@ def subsets_cmd(
 
     data = read_table(table)
     schema = Schema.from_file(schema_file) if schema_file else None
-    d = design_subsets(data, label, attr, designs=design or DESIGNS, fractions=fraction or DEFAULT_FRACTIONS, size=size,
-                       test_fraction=test_fraction, subject_col=subject_col, schema=schema, missing=missing, seed=seed)
+    try:
+        d = design_subsets(data, label, attr, designs=design or DESIGNS, fractions=fraction or DEFAULT_FRACTIONS,
+                           size=size, test_fraction=test_fraction, subject_col=subject_col, schema=schema,
+                           missing=missing, settings=settings)
+    except ParameterError as exc:  # name this command's option, not the library's parameter
+        if exc.parameter not in _SUBSET_OPTIONS:
+            raise
+        raise ParameterError(_SUBSET_OPTIONS[exc.parameter], str(exc)[len(exc.parameter) + 1:]) from None
     report = Report(title=title or f"Bias-transfer subsets: {table.name}", subtitle="fairvision transfer subsets",
-                    meta={"table": str(table), "label": label, "attributes": ", ".join(attr), "seed": seed})
+                    meta={"table": str(table), "label": label, "attributes": ", ".join(attr),
+                          "settings": settings.to_meta()})
     report.add(design_section(d))
     with atomic_output_dir(output) as stage:
         write_design(d, stage, fmt=fmt)
@@ -63,36 +75,30 @@ def subsets_cmd(
          f"{len(d.subsets)} subsets and a test set of {len(d.test):,} rows in {output.resolve()}")
 
 
+@with_settings("min_subjects", "correction", "alpha", "n_boot", "seed", min_subjects=1)
 def audit_transfer_cmd(
     subsets: Path = typer.Option(..., "--subsets", help="Folder written by 'fairvision transfer subsets'."),
     predictions: Path = typer.Option(..., "--predictions", help="Folder with one table per subset, named <subset>.csv (or .parquet ...), holding sample_id and the prediction of that subset's model for every test sample."),
     output: Path = typer.Option(Path("fairvision-transfer-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     pred_col: str = typer.Option("prediction", "--pred-col", help="Column of the predicted class in the prediction tables."),
-    min_subjects: int = typer.Option(1, "--min-subjects", min=1, help="Test groups with fewer subjects are left out of OD."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Correction across the pairs of subsets: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the test subjects."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_od>0.2', 'od.balanced_gender.gender>0.1', 'n_flagged>0'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Study table of a bias-transfer study: per subset, its dataset bias (NSD, NMI) beside its model's accuracy,
     OD and ID per class on the common test set with bootstrap CIs over test subjects, and every pair of subsets
     compared on OD with a paired bootstrap (docs/METHODS.md §11.2, §11.3)."""
     check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     conditions = [parse_condition(c) for c in fail_if]
     from fairvision.audits.transfer import audit_transfer, read_design, read_predictions  # lazy: see subsets_cmd
 
     design = read_design(subsets)
     preds = read_predictions(predictions, design, pred_col=pred_col)
-    result = audit_transfer(design, preds, pred_col=pred_col, min_subjects=min_subjects, n_boot=n_boot, seed=seed,
-                            correction=correction, alpha=alpha)
+    result = audit_transfer(design, preds, pred_col=pred_col, settings=settings)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     paths = write_study(result, output, title=title or f"Bias-transfer study: {Path(subsets).name}",
-                        meta={"subsets": str(subsets), "predictions": str(predictions), "correction": correction,
-                              **gate_meta(evaluated)}, conditions=evaluated)
+                        meta={"subsets": str(subsets), "predictions": str(predictions),
+                              "settings": settings.to_meta(), **gate_meta(evaluated)}, conditions=evaluated)
     q = result.quantities()
     done(paths, f"{len(result.subsets)} models; {int(q['n_significant_pairs'])} significant pairs; "
                 f"{int(q['n_flagged'])} flagged")
@@ -110,15 +116,14 @@ def write_study(result, output: Path, *, title: str, meta: dict, conditions=(), 
     return report.write(output, extra_files=extra_files)
 
 
+@with_settings("workers", "n_boot", "seed", workers=2, min_subjects=1)
 def demo_cmd(
     output: Path = typer.Option(Path("transfer-demo"), "--output", "-o", help="Output folder for the report, subsets and predictions."),
     label: str = typer.Option("gender", "--label", help="What the classifiers predict: gender (attribute: age band) or age_band (attribute: gender)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=30, help="Use only this many photos (a quick run)."),
-    workers: int = typer.Option(2, "--workers", "-j", min=1, help="Worker processes for the face descriptors."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the test subjects."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the subsets and the bootstrap."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
+    settings: AuditSettings = None,
 ):
     """Run a whole bias-transfer study offline on the bundled FairFace sample (needs the vision extra): dlib face
     descriptors, subsets, one logistic regression per subset, the study report. A demonstration of the method."""
@@ -126,12 +131,12 @@ def demo_cmd(
     from fairvision.audits.transfer.demo import run_demo  # lazy: scikit-learn and dlib load only here
 
     with status("fairvision transfer demo") as say:
-        demo = run_demo(label=label, limit=limit, workers=workers, n_boot=n_boot, seed=seed, progress=say,
-                        store=results_store(store, no_store))
+        demo = run_demo(label=label, limit=limit, settings=settings, progress=say, store=results_store(store, no_store))
     files = demo.files()
     paths = write_study(demo.result, output, title="fairvision demo: bias-transfer study on the FairFace sample",
                         meta={"data": "FairFace sample, CC BY 4.0 (Karkkainen and Joo, WACV 2021)",
-                              "model": "logistic regression on dlib face descriptors", **demo.meta},
+                              "model": "logistic regression on dlib face descriptors", **demo.meta,
+                              "settings": settings.to_meta()},
                         demo=True, extra_files=files)
     done(paths, f"{len(demo.result.subsets)} models trained; {demo.meta['faces']} faces described")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 from pathlib import Path
@@ -11,12 +10,14 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
+from fairvision.cli import vlm_embed, vlm_vqa
 from fairvision.cli.common import check_outdir, check_output_file, done, exit_if_gates_failed
-from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
+from fairvision.cli.options import with_settings
+from fairvision.errors import FairvisionError, ParameterError
 
 
+@with_settings("correction", "alpha", "n_boot", "seed", "min_subjects")
 def audit_vlm_cmd(
     samples: Path = typer.Option(..., "--samples", help="Sample table: sample_id, subject_id (optional), the attribute columns."),
     image_embeddings: Path = typer.Option(..., "--image-embeddings", help="Image embeddings: .npy (+ .ids.txt), .npz (embeddings, ids), or a table with an id column."),
@@ -30,22 +31,16 @@ def audit_vlm_cmd(
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
     missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave the rows out), 'keep' (group '(missing)')."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, tested and corrected with them)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested (FHIBE: 10)."),
     output: Path = typer.Option(Path("fairvision-vlm-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged>0', 'max_unspecified_gap>0.1'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Zero-shot probe of a CLIP-style model from precomputed image and prompt embeddings: the label each image
     is closest to, label and error rates per group with subject-bootstrap CIs, corrected group-vs-rest tests, a
     chi-square test of label x group and NPMI (docs/METHODS.md §12.1). No model weights ship with fairvision:
     embed the prompts with the text encoder of the model that embedded the images."""
     check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     if missing not in ("error", "drop", "keep"):
         raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
     conditions = [parse_condition(c) for c in fail_if]
@@ -54,12 +49,14 @@ def audit_vlm_cmd(
         raise FairvisionError("--true-map needs --true-col (the column whose values it renames)")
     check_sample_table(samples)
     # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.vlm import (audit_vlm, count_flagged, default_prompts_path, load_prompt_sets,
-                                       read_text_embeddings)
+    from fairvision.audits.vlm.prompts import default_prompts_path, load_prompt_sets, read_text_embeddings
+    from fairvision.audits.vlm.samples import SampleOptions
+    from fairvision.audits.vlm.zero_shot import audit_vlm
     from fairvision.io.tables import read_table
     from fairvision.report import Report
     from fairvision.report.sections.vlm import vlm_section
-    from fairvision.vision.clip import read_provenance
+    from fairvision.stats.versus_rest import count_flagged
+    from fairvision.vision.clip_embeddings import read_provenance
 
     if text_embeddings is None:
         read_text_embeddings(None)  # raises the one-line error saying how to make them
@@ -68,12 +65,12 @@ def audit_vlm_cmd(
     if mapping is not None:
         data = apply_true_map(data, true_col, mapping, sets, probe, source=str(samples))
     try:
-        result = audit_vlm(data, image_embeddings, text_embeddings, attr, subject_col=subject_col, true_col=true_col,
-                           prompt_sets=sets, probe=probe, combine=combine, missing=missing, max_k=max_k,
-                           min_subjects=min_subjects, n_boot=n_boot, alpha=alpha, correction=correction, seed=seed)
-    except FairvisionError as exc:
-        if probe is None and "choose one with --probe" in str(exc):
-            raise type(exc)(f"{exc}{per_probe_hint(text_embeddings)}") from None
+        result = audit_vlm(data, image_embeddings, text_embeddings, attr,
+                           samples=SampleOptions(subject_col=subject_col, missing=missing), true_col=true_col,
+                           prompt_sets=sets, probe=probe, combine=combine, max_k=max_k, settings=settings)
+    except ParameterError as exc:
+        if probe is None and exc.parameter == "probe":  # several probes in one file: name the per-probe files
+            raise ParameterError("probe", f"{str(exc).removeprefix('probe ')}{per_probe_hint(text_embeddings)}") from None
         raise
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     made_by = read_provenance(image_embeddings) or read_provenance(text_embeddings) or {}  # from `audit vlm embed`
@@ -83,8 +80,7 @@ def audit_vlm_cmd(
                     meta={"samples": str(samples), "image embeddings": str(image_embeddings),
                           "text embeddings": str(text_embeddings), "prompts": str(prompts or default_prompts_path()),
                           "probe": result.probe or "(labels of the text embeddings)", "combine": combine,
-                          "max_k": max_k, "min_subjects": min_subjects, "missing": missing,
-                          "correction": correction, "seed": seed,
+                          "max_k": max_k, "missing": missing, "settings": settings.to_meta(),
                           **({"model": made_by["model"]} if made_by.get("model") else {}),
                           **({"model note": made_by["note"]} if made_by.get("note") else {}),
                           **gate_meta(evaluated)})
@@ -123,7 +119,7 @@ def variants_cmd(
     if sigma is not None and not sigma > 0:
         raise FairvisionError(f"--sigma must be positive, not {sigma}")
     # lazy: numpy, pandas and OpenCV cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.vlm_variants import write_variants
+    from fairvision.audits.vlm.variants import write_variants
     from fairvision.datasets.demo import from_folder
     from fairvision.io.tables import read_table
 
@@ -146,6 +142,7 @@ def variants_cmd(
 TABLE_SUFFIXES = (".csv", ".parquet")
 
 
+@with_settings("correction", "alpha", "n_boot", "seed", "min_subjects")
 def compare_cmd(
     samples: Path = typer.Option(..., "--samples", help="Sample table of the original images: sample_id, subject_id (optional), the attribute columns."),
     first: Path = typer.Option(..., "--first", help="predictions.parquet of `audit vlm zero-shot` on the first variant (sample_id, predicted)."),
@@ -155,13 +152,9 @@ def compare_cmd(
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit)."),
     missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave the rows out), 'keep' (group '(missing)')."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing when a condition holds, e.g. 'n_flagged>0', 'max_change>0.1'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Change of each zero-shot label's rate per group between two image variants: the paired test (McNemar's
     exact test on the images and its clustered version on the subjects), a subject-bootstrap CI of the change,
@@ -171,24 +164,23 @@ def compare_cmd(
         check_output_file(output, TABLE_SUFFIXES)
     else:
         check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     if missing not in ("error", "drop", "keep"):
         raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
     conditions = [parse_condition(c) for c in fail_if]
     check_sample_table(samples)
     # lazy: numpy, pandas, OpenCV and the report stack cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.vlm_variants import compare_variants
+    from fairvision.audits.vlm.samples import SampleOptions
+    from fairvision.audits.vlm.variants import compare_variants
     from fairvision.io.tables import read_raw_table, read_table, write_table
     from fairvision.report import Report
     from fairvision.report.sections.vlm import compare_section
-    from fairvision.vision.clip import read_provenance
+    from fairvision.vision.clip_embeddings import read_provenance
 
     data = read_table(samples)
     preds = [read_raw_table(p) for p in (first, second)]
-    res = compare_variants(data, preds[0], preds[1], attr, names=_variant_names(first, second), subject_col=subject_col,
-                           missing=missing, max_k=max_k, min_subjects=min_subjects, n_boot=n_boot, level=0.95, alpha=alpha,
-                           correction=correction, seed=seed)
+    res = compare_variants(data, preds[0], preds[1], attr, names=_variant_names(first, second),
+                           samples=SampleOptions(subject_col=subject_col, missing=missing), max_k=max_k,
+                           settings=settings)
     evaluated = evaluate_conditions(conditions, res.quantities()) if conditions else []
     n_flagged = int(res.changes["flagged"].sum()) if len(res.changes) else 0
     made_by = [read_provenance(p) or {} for p in (first, second)]  # written by `audit vlm zero-shot`
@@ -204,7 +196,7 @@ def compare_cmd(
                                        f"{second.parent.name or second.name}",
                         subtitle="fairvision audit vlm compare",
                         meta={"samples": str(samples), "first": str(first), "second": str(second), "max_k": max_k,
-                              "min_subjects": min_subjects, "missing": missing, "correction": correction, "seed": seed,
+                              "missing": missing, "settings": settings.to_meta(),
                               **({"model": "; ".join(models)} if models else {}),
                               **({"model note": " ".join(notes)} if notes else {}),
                               **gate_meta(evaluated)})
@@ -226,10 +218,6 @@ vlm_app = typer.Typer(
          "the change between them, visual question answering.",
     no_args_is_help=True,
 )
-
-
-#: modules adding ``audit vlm`` commands: ``embed`` (model adapters), ``vqa`` (question answering)
-VLM_PARTS = ("vlm_embed", "vlm_vqa")
 
 
 def check_sample_table(samples: Path) -> None:
@@ -287,7 +275,7 @@ def per_probe_hint(text_embeddings: Optional[Path]) -> str:
 
 def predictions_bytes(predictions, provenance: dict) -> bytes:
     """The zero-shot predictions as Parquet, with ``provenance`` (model, note, probe, ...) under the ``fairvision``
-    key of the file's metadata, which :func:`fairvision.vision.clip.read_provenance` reads back."""
+    key of the file's metadata, which :func:`fairvision.vision.clip_embeddings.read_provenance` reads back."""
     import pyarrow as pa  # lazy: see the command
     import pyarrow.parquet as pq
 
@@ -313,12 +301,6 @@ def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     vlm_app.command("zero-shot")(audit_vlm_cmd)
     vlm_app.command("variants")(variants_cmd)
     vlm_app.command("compare")(compare_cmd)
-    for name in VLM_PARTS:  # further commands, each in its own module with register(vlm_app)
-        try:
-            mod = importlib.import_module(f"fairvision.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"fairvision.cli.{name}":
-                raise
-            continue
-        mod.register(vlm_app)
+    vlm_embed.register(vlm_app)  # embed: model adapters
+    vlm_vqa.register(vlm_app)  # vqa: question answering
     audit_app.add_typer(vlm_app, name="vlm")

@@ -14,7 +14,9 @@ from typing import List, Optional
 
 import typer
 
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, results_store, progress_bar
+from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 
 IMAGE_FILE = "image_embeddings.npz"
@@ -24,7 +26,7 @@ MANIFEST = "embed.json"
 TORCH_HINT_SHORT = "pip install 'fairvision[clip]'"
 
 
-
+@with_settings("seed")
 def embed_cmd(
     source: Path = typer.Argument(..., metavar="TABLE_OR_FOLDER", help="Sample table (sample_id, image path column, optional subject_id) or a folder of images (sample_id = file name without suffix)."),
     output: Path = typer.Option(..., "--output", "-o", help=f"Output folder for {IMAGE_FILE}, {TEXT_FILE} and {MANIFEST} (written when all succeeded)."),
@@ -35,17 +37,18 @@ def embed_cmd(
     probe: List[str] = typer.Option([], "--probe", help="Prompt set to embed (repeat; default: every set of the file)."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Images or prompts per forward pass."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when available), cpu, cuda, cuda:1, ..."),
-    seed: int = typer.Option(0, "--seed", help="Weights of --backend tiny-random."),
     image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (default: image_path or a common alias)."),
     variant: Optional[str] = typer.Option(None, "--variant", help="Embed only the rows of this image variant of a variants.csv from `audit vlm variants` (original, person_black, person_blur, background_black)."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on stderr (only on a terminal)."),
+    settings: AuditSettings = None,
 ):
     """Embed every image and every prompt of the prompt sets with a CLIP-style model from local weights, and write
     the files `audit vlm zero-shot` reads: image_embeddings.npz (embeddings, ids) and text_embeddings.parquet
     (label, prompt, probe, embedding; one text_embeddings.<probe>.parquet per set when there are several). Image
-    embeddings are kept in the results store by image content and model (docs/METHODS.md §12.4)."""
+    embeddings are kept in the results store by image content and model (docs/METHODS.md §12.4). --seed draws the
+    weights of --backend tiny-random."""
     check_outdir(output)
     if backend is None:
         if model is None and arch is None:
@@ -56,7 +59,7 @@ def embed_cmd(
         raise FairvisionError(f"{source}: no such file or folder")
     results = results_store(store, no_store)
     # lazy: numpy, pandas, torch and transformers take several seconds to import (see the module docstring)
-    from fairvision.audits.vlm import default_prompts_path, load_prompt_sets
+    from fairvision.audits.vlm.prompts import default_prompts_path, load_prompt_sets
     from fairvision.datasets.demo import from_folder
     from fairvision.io.tables import read_table
 
@@ -78,7 +81,7 @@ def embed_cmd(
     if missing.any():
         raise FairvisionError(f"{source}: row {int(missing.argmax()) + 1}: empty image path")
     files = write_embeddings(data, output, sets={p: sets[p] for p in chosen}, backend=backend, model=model, arch=arch,
-                             batch_size=batch_size, device=device, seed=seed, store=results, progress=progress,
+                             batch_size=batch_size, device=device, seed=settings.seed, store=results, progress=progress,
                              source=str(source))
     typer.echo(f"image embeddings: {files['images'].resolve()}")
     typer.echo(f"text embeddings:  {files['texts'].resolve()}")
@@ -133,7 +136,8 @@ def write_embeddings(data, output: Path, *, sets: dict, backend: str, model=None
     import pyarrow.parquet as pq
 
     from fairvision.io.atomic import atomic_output_dir
-    from fairvision.vision.clip import embed_images, load_adapter
+    from fairvision.vision.clip import load_adapter
+    from fairvision.vision.clip_embeddings import embed_images
 
     adapter = load_adapter(backend, model=model, arch=arch, batch_size=batch_size, device=device, seed=seed)
     if adapter.note:
@@ -192,7 +196,7 @@ def run_vlm_demo(data, output: Path, *, n_boot: int = 1000, seed: int = 0, progr
     if missing:
         typer.echo(f"vision-language demo skipped: it needs {' and '.join(missing)} ({TORCH_HINT_SHORT})", err=True)
         return None
-    from fairvision.audits.vlm import load_prompt_sets  # lazy: see the module docstring
+    from fairvision.audits.vlm.prompts import load_prompt_sets  # lazy: see the module docstring
     from fairvision.cli import main
 
     say = progress or (lambda msg: None)

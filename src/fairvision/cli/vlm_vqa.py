@@ -9,11 +9,11 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
+from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed,
                                    results_store, progress_bar)
-from fairvision.errors import FairvisionError
-from fairvision.stats.constants import DEFAULT_CORRECTION
-from fairvision.stats.constants import METHODS as CORRECTIONS
+from fairvision.cli.options import with_settings
+from fairvision.errors import FairvisionError, ParameterError
 
 BACKENDS = ("http", "transformers")
 #: where the bundled questions live, relative to the repository root (for --help)
@@ -40,7 +40,7 @@ def bundled_question_ids() -> str:
 QUESTION_IDS_HELP = bundled_question_ids()
 
 
-
+@with_settings("correction", "alpha", "n_boot", "seed", "min_subjects", "workers", workers=4)
 def audit_vqa_cmd(
     samples: Path = typer.Option(..., "--samples", help="Sample table: sample_id, image_path (when asking), subject_id (optional), the attribute columns."),
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Group attribute column (repeat: -a gender -a ancestry)."),
@@ -54,8 +54,6 @@ def audit_vqa_cmd(
     subject_col: str = typer.Option("subject_id", "--subject-col", help="Column identifying the person (bootstrap unit); every row its own subject when absent."),
     image_col: Optional[str] = typer.Option(None, "--image-col", help="Column of the image paths (default: image_path or a common alias)."),
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, tested and corrected with them)."),
-    min_subjects: int = typer.Option(10, "--min-subjects", min=1, help="Groups with fewer subjects are reported as too small to judge and not tested (FHIBE: 10)."),
-    workers: int = typer.Option(4, "--workers", min=1, help="Questions in flight at once with --backend http."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for one answer from the server (positive)."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Longest answer, in tokens."),
     max_side: int = typer.Option(1024, "--max-side", min=0, help="--backend http: images with a longer side are downscaled to this many pixels before sending (0: send as they are)."),
@@ -63,21 +61,16 @@ def audit_vqa_cmd(
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     output: Path = typer.Option(Path("fairvision-vqa-report"), "--output", "-o", help="Output folder for report.html, report.json, answers.parquet and tables/."),
-    correction: str = typer.Option(DEFAULT_CORRECTION, "--correction", help="Multiple-testing correction: holm (default), bonferroni, bh, none."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level for the adjusted p-values."),
-    n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples of the subjects."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the bootstrap."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'n_flagged>0', 'n_too_small>0', 'max_toxic_gap>0.05', 'toxic_rate.negative>0.1'."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    settings: AuditSettings = None,
 ):
     """Ask every image questions of positive, neutral and negative tone (why is this person likeable, what is
     their occupation, what crime did they commit) and compare the answers between groups: response, refusal,
     toxic and misgendering rates with subject-bootstrap CIs and corrected group-vs-rest tests, pronouns used and
     top extracted terms with NPMI (docs/METHODS.md §12.3). Answers are kept in the results store, so an
-    interrupted run resumes."""
+    interrupted run resumes. With --backend http, --workers questions are in flight at once."""
     check_outdir(output)
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
     if missing not in ("error", "drop", "keep"):
         raise FairvisionError(f"--missing must be error, drop or keep, not {missing!r}")
     if not timeout > 0:
@@ -85,7 +78,7 @@ def audit_vqa_cmd(
     conditions = [parse_condition(c) for c in fail_if]
     if answers is not None:
         ignored = [opt for opt, given in (("--timeout", timeout != 120.0), ("--max-tokens", max_tokens != 64),
-                                          ("--workers", workers != 4), ("--max-side", max_side != 1024),
+                                          ("--workers", settings.workers != 4), ("--max-side", max_side != 1024),
                                           ("--store", store is not None), ("--no-store", no_store),
                                           ("--url", url is not None), ("--model", model is not None)) if given]
         if ignored:
@@ -107,11 +100,13 @@ def audit_vqa_cmd(
         raise FairvisionError(f"{samples}: is a folder; give a sample table with the attribute columns (a folder "
                               "has none), e.g. a CSV with sample_id, image_path and one column per attribute")
     # lazy: numpy, pandas and the report stack cost about 1.5 s, ten times the CLI's start-up
-    from fairvision.audits.vlm import count_flagged
-    from fairvision.audits.vlm_vqa import audit_vqa, default_questions_path, default_toxic_words_path, load_questions
+    from fairvision.audits.vlm.samples import SampleOptions
+    from fairvision.audits.vlm.vqa import audit_vqa
+    from fairvision.audits.vlm.vqa_parsing import default_questions_path, default_toxic_words_path, load_questions
     from fairvision.io.tables import read_table
     from fairvision.report import Report
     from fairvision.report.sections.vlm_vqa import vlm_vqa_section
+    from fairvision.stats.versus_rest import count_flagged
     from fairvision.vision.vqa import OpenAIChatVQA, TransformersVQA
 
     qs = load_questions(questions)
@@ -119,17 +114,20 @@ def audit_vqa_cmd(
     answerer, results = None, None
     if answers is None:
         if backend == "http":
-            answerer = OpenAIChatVQA(url, model, timeout=timeout, max_tokens=max_tokens, max_side=max_side)
+            try:
+                answerer = OpenAIChatVQA(url, model, timeout=timeout, max_tokens=max_tokens, max_side=max_side)
+            except ParameterError as exc:  # the adapter's base_url is this command's --url
+                if exc.parameter != "base_url":
+                    raise
+                raise ParameterError("url", str(exc).removeprefix("base_url ")) from None
         else:
             answerer = TransformersVQA(model, max_new_tokens=max_tokens)
-            workers = 1  # one model in this process
+            settings = settings.replace(workers=1)  # one model in this process
         results = results_store(store, no_store)
     with progress_bar("asking", answers is None) as advance:
         result = audit_vqa(data, answerer, qs, attr, answers=answers, toxic_words=toxic_words,
-                           subject_col=subject_col, gender_col=gender_col, max_k=max_k,
-                           min_subjects=min_subjects, missing=missing, store=results,
-                           workers=workers, progress=advance, n_boot=n_boot, alpha=alpha, correction=correction,
-                           seed=seed)
+                           samples=SampleOptions(subject_col=subject_col, missing=missing), gender_col=gender_col,
+                           max_k=max_k, store=results, progress=advance, settings=settings)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     who = str(answers) if answers is not None else (f"{url} ({model})" if backend == "http" else str(model))
     report = Report(title=title or f"Visual question answering probe: {samples.name}",
@@ -138,8 +136,8 @@ def audit_vqa_cmd(
                           "questions": str(questions or default_questions_path()),
                           "toxic words": str(toxic_words or default_toxic_words_path()),
                           "results store": str(results.root) if results is not None else "none",
-                          "max_k": max_k, "min_subjects": min_subjects, "missing": missing,
-                          "correction": correction, "seed": seed, **gate_meta(evaluated)})
+                          "max_k": max_k, "missing": missing, "settings": settings.to_meta(),
+                          **gate_meta(evaluated)})
     report.add(vlm_vqa_section(result, conditions=evaluated))
     buf = io.BytesIO()
     result.answers.to_parquet(buf, index=False)

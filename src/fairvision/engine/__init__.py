@@ -12,8 +12,8 @@ keeps finished items, so an interrupted batch run resumes where it stopped.
 """
 
 from fairvision.engine.cache import content_key, file_signature, source_signature
-from fairvision.engine.dispatch import ENGINES, check_engine, imap, map_items
+from fairvision.engine.dispatch import ENGINES, ExecutionSettings, check_engine, imap, map_items
 from fairvision.engine.pool import Failure, Outcome, default_workers, limit_threads
 
-__all__ = ["ENGINES", "Failure", "Outcome", "check_engine", "content_key", "default_workers",
+__all__ = ["ENGINES", "ExecutionSettings", "Failure", "Outcome", "check_engine", "content_key", "default_workers",
            "file_signature", "imap", "limit_threads", "map_items", "source_signature"]

@@ -8,23 +8,33 @@ per outcome, the initialiser once per worker (process or Ray actor).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from fairvision.engine import pool, ray_engine
 from fairvision.engine.pool import Outcome
-from fairvision.errors import FairvisionError
+from fairvision.errors import ParameterError
 
-#: Engine names accepted by :func:`imap` and the ``--engine`` option.
+#: Engine names accepted by :func:`imap`.
 ENGINES = ("local", "ray")
 
 
+class ExecutionSettings(Protocol):
+    """Where per-item work runs, as a settings object carries it: a library function below the audits that
+    runs per-image work takes any object with these attributes (the audits pass their
+    :class:`~fairvision.audits.settings.AuditSettings`)."""
+
+    engine: str
+    address: str | None
+    workers: int
+
+
 def check_engine(engine: str, address: str | None = None) -> str:
-    """The engine name, lower-cased, or a FairvisionError (an unknown name, or an address without ``ray``)."""
+    """The engine name, lower-cased, or a ParameterError (an unknown name, or an address without ``ray``)."""
     name = str(engine or "local").lower()
     if name not in ENGINES:
-        raise FairvisionError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        raise ParameterError("engine", f"must be one of {', '.join(ENGINES)}, not {engine!r}")
     if address and name != "ray":
-        raise FairvisionError(f"an address ({address}) applies to the ray engine; add --engine ray")
+        raise ParameterError("address", f"{address!r} applies only to the ray engine, not to {name!r}")
     return name
 
 

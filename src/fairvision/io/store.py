@@ -24,12 +24,13 @@ never sees half a part and a killed run loses at most its unflushed batch.
 Part names are unique (time, pid, random), so two runs can append at once.
 
 Vacuum (compaction, dropping superseded duplicates) and forget (removing a
-subject) rewrite parts under the exclusive lock and commit through a journal:
-the new parts are written under temporary names, then the journal (renames and
-deletions) is written atomically, then applied. A run killed before the journal
-exists leaves the store as it was; one killed after it is finished by the next
-process that takes the lock. Readers take the shared lock, so they never see a
-commit half-applied.
+subject) rewrite parts under the exclusive lock and commit through a journal
+(:mod:`fairvision.io.durable`, the commit consent withdrawal uses too): the new
+parts are written and synced under temporary names, then the journal (renames
+and deletions) is written atomically and synced, then applied. A run killed
+before the journal exists leaves the store as it was; one killed after it is
+finished by the next process that takes the lock. Readers take the shared lock,
+so they never see a commit half-applied.
 
 Queries (:meth:`ResultsStore.query`) run DuckDB over one view per stage, named
 after the stage, with the payload's fields as columns.
@@ -56,14 +57,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fairvision.errors import FairvisionError
-from fairvision.io.atomic import atomic_write_bytes, atomic_write_text
+from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.durable import FileLock, Journal, write_synced
 from fairvision.io.jsonable import to_jsonable
 from fairvision.io.webdataset import is_member_ref, member_sha256
-
-try:  # POSIX; elsewhere the store works without inter-process locks
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None
 
 #: environment variable naming the default store folder
 STORE_ENV = "FAIRVISION_STORE"
@@ -85,6 +82,8 @@ IDENTITY = ("key", "sample_id", "subject_id")
 LOCK_NAME = ".lock"
 JOURNAL_NAME = ".journal.json"
 PART_GLOB = "part-*.parquet"
+#: crash point of a vacuum / forget commit, counted by renames (:func:`fairvision.io.durable.crash_point`)
+CRASH_AFTER_RENAMES = "store.after_renames"
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 # SHA-256 of files already hashed in this process, by (path, size, mtime_ns, inode)
@@ -105,7 +104,7 @@ def open_store(root: str | os.PathLike | None = None, *, enabled: bool = True) -
     """The store at ``root`` (default :func:`default_store_root`), or None when ``enabled`` is False."""
     if not enabled:
         if root is not None:
-            raise FairvisionError("give either --store or --no-store, not both")
+            raise FairvisionError("give either a store folder or no store (enabled=False), not both")
         return None
     return ResultsStore(default_store_root() if root is None else root)
 
@@ -131,6 +130,11 @@ def file_sha256(path: str | os.PathLike) -> str | None:
             return None
         _FILE_HASHES[sig] = hit
     return hit
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of bytes already in memory, hex (the digest :func:`file_sha256` gives for a file of them)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def row_key(content_hash: str, params_hash: str, *extra) -> str:
@@ -188,58 +192,47 @@ class ResultsStore:
     def _lock(self, exclusive: bool = False, *, create: bool = True, blocking: bool = True) -> Iterator[bool]:
         """Hold the store's lock (shared or exclusive); yields False when ``blocking=False`` and it is taken.
         Finishes a journal left by a killed vacuum / forget first."""
-        if fcntl is None:
-            yield True
-            return
         if create:
             self.root.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.root / LOCK_NAME)
         try:
-            fd = os.open(self.root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+            lock.open()
         except OSError:
             if create:
                 raise
             yield True  # a store we cannot lock (absent or read-only): read as is
             return
-        try:
-            mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-            try:
-                fcntl.flock(fd, mode | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
+        with lock:  # closing the file releases the lock
+            if not lock.acquire(exclusive=exclusive, blocking=blocking):
                 yield False
                 return
-            if (self.root / JOURNAL_NAME).exists():
+            if self._journal().exists():
                 if not exclusive:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    lock.release()
+                    lock.acquire(exclusive=True)
                 self._replay_journal()
                 if not exclusive:
-                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    lock.acquire(exclusive=False)
             yield True
-        finally:
-            os.close(fd)  # releases the lock
+
+    def _journal(self) -> Journal:
+        return Journal(self.root / JOURNAL_NAME, base=self.root)
 
     def _replay_journal(self) -> None:
-        path = self.root / JOURNAL_NAME
-        try:
-            journal = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            journal = None  # torn (it is written atomically, so only by a foreign hand): nothing to finish
-        if journal:
-            for tmp, final in journal.get("rename", []):
-                if (self.root / tmp).exists():
-                    os.replace(self.root / tmp, self.root / final)
-            for old in journal.get("delete", []):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.root / old)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        journal = self._journal()
+        record = journal.read()
+        if record:
+            journal.roll_forward(record)
+        journal.remove()
 
     def _commit(self, renames: list[tuple[Path, Path]], deletions: list[Path]) -> None:
         """Under the exclusive lock: apply renames (temporary -> final) and deletions all or nothing."""
         rel = lambda p: str(Path(p).relative_to(self.root))  # noqa: E731
-        journal = {"rename": [[rel(a), rel(b)] for a, b in renames], "delete": [rel(p) for p in deletions]}
-        atomic_write_text(self.root / JOURNAL_NAME, json.dumps(journal))  # the commit point
-        self._replay_journal()
+        journal = self._journal()
+        record = {"rename": [[rel(a), rel(b)] for a, b in renames], "delete": [rel(p) for p in deletions]}
+        journal.write(record)  # the commit point
+        journal.roll_forward(record, crash=CRASH_AFTER_RENAMES)
+        journal.remove()
 
     # ------------------------------------------------------------------ layout
 
@@ -431,7 +424,7 @@ class ResultsStore:
                 if kept.num_rows:
                     final = self._new_part_name(stage_dir.name)
                     tmp = stage_dir / f".compact-{final.name}"
-                    atomic_write_bytes(tmp, self._parquet_bytes(kept))
+                    write_synced(tmp, self._parquet_bytes(kept))
                     renames.append((tmp, final))
                     stats["parts_after"] += 1
                 deletions += parts
@@ -493,7 +486,7 @@ class ResultsStore:
                         if left.num_rows:
                             final = self._new_part_name(stage)
                             tmp = part.parent / f".forget-{final.name}"
-                            atomic_write_bytes(tmp, self._parquet_bytes(left))
+                            write_synced(tmp, self._parquet_bytes(left))
                             renames.append((tmp, final))
                         deletions.append(part)
             finally:

@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.io.atomic import check_writable  # noqa: F401  (part of the validation path)
 
 #: accepted values of every command's ``--missing`` option
@@ -31,9 +31,9 @@ MISSING_RULES = ("error", "drop", "keep")
 
 
 def check_missing_rule(rule: str) -> str:
-    """Validate a ``--missing`` value."""
+    """Validate a rule for empty cells (``missing``: error, drop or keep)."""
     if rule not in MISSING_RULES:
-        raise FairvisionError(f"--missing must be error, drop or keep, not {rule!r}")
+        raise ParameterError("missing", f"must be error, drop or keep, not {rule!r}")
     return rule
 
 
@@ -109,7 +109,31 @@ def missing_rows(data: pd.DataFrame, columns: Iterable[str], rule: str, *, sourc
         if empty.any() and rule == "error":
             row = int(np.flatnonzero(empty)[0])
             raise ColumnError(f"{source}: row {row + 1}: column {c!r} is empty ({int(empty.sum())} empty cells; "
-                              f"use --missing drop or --missing keep)")
+                              f"use missing='drop' or 'keep'; on the command line --missing drop or --missing keep)")
         if rule == "drop":
             keep &= ~empty
     return keep
+
+
+def check_unique_ids(data: pd.DataFrame, id_col: str, source: str) -> None:
+    """One row per sample: a missing id column or a repeated id is a one-line error naming the table and the id."""
+    if id_col not in data.columns:
+        raise ColumnError(f"{source}: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
+    ids = data[id_col].astype(str)
+    dup = ids.duplicated().to_numpy()
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise ColumnError(f"{source}: row {i + 1}: {id_col} {ids.iloc[i]!r} appears twice")
+
+
+def require_columns(data: pd.DataFrame, columns: Iterable[str], *, source: str, what: str = "column",
+                    why: str = "") -> None:
+    """Check that ``data`` has every column of ``columns``.
+
+    The first one missing is a one-line :class:`~fairvision.errors.ColumnError`:
+    ``"<source>: no <what> '<name>'<why>; columns are a, b, c"`` (``what``: e.g. ``"subject column"``; ``why``:
+    e.g. ``" (needed to match candidates)"``).
+    """
+    for c in columns:
+        if c not in data.columns:
+            raise ColumnError(f"{source}: no {what} {c!r}{why}; columns are {', '.join(map(str, data.columns))}")

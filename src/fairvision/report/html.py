@@ -214,6 +214,10 @@ def render_html(report: Any) -> str:
     """
     meta_rows = "".join(f"<p><b>{_esc(k)}:</b> {_esc(_meta_value(v))}</p>" for k, v in report.meta.items()
                         if v is not None and not isinstance(v, (dict, list)))  # None: the option was not used
+    settings = report.meta.get("settings")
+    if isinstance(settings, dict):  # the audit's shared options, on one line
+        meta_rows += "<p><b>settings:</b> " + _esc(", ".join(f"{k} {_meta_value(v)}" for k, v in settings.items()
+                                                         if v is not None)) + "</p>"
     findings = report.findings() if callable(getattr(report, "findings", None)) else []
     nav = '<a href="#findings">Findings</a>' + "".join(f'<a href="#{_esc(slug(s.id))}">{_esc(s.title)}</a>' for s in report.sections)
     body = [render_findings(findings, {s.id: s.title for s in report.sections})]

@@ -4,7 +4,7 @@
 outlined (yellow), the face outlines (cyan) and, for the ``thong`` estimator
 (docs/METHODS.md §2.2), the mask pixels coloured by K-Means cluster: the kept
 clusters in distinct colours, the dropped ones (shadow, hair, beard) grey.
-The batch measurement (:func:`fairvision.audits.skin_batch.measure_images`)
+The batch measurement (:func:`fairvision.skin.batch.measure_images`)
 calls it in its workers when given ``overlay=render_overlay``.
 """
 

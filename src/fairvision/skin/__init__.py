@@ -1,4 +1,5 @@
-"""Apparent skin colour: colour maths, estimators, categories (issue 3; docs/METHODS.md §1 and §2).
+"""Apparent skin colour: colour maths, estimators, categories, masks, and measuring many images at once
+(docs/METHODS.md §1 and §2).
 
 Public names are imported on first use (PEP 562), so ``import fairvision.skin``
 stays cheap. Skin masks live in :mod:`fairvision.skin.masks`.
@@ -38,8 +39,11 @@ _EXPORTS = {
     "categorize": "categories",
     "add_categories": "categories",
     "MONK_SRGB": "categories",
-    # masks (part B)
+    # masks (docs/METHODS.md §2.1)
     "skin_mask": "masks",
+    # many images at once: parallel, resumable
+    "measure_images": "batch",
+    "MeasureParams": "batch",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """Skin masks: which pixels of an image are the face's skin.
 
-Four sources (issue 3, item 2; docs/METHODS.md §2.1):
+Four sources (docs/METHODS.md §2.1):
 
 ``file``
     A supplied mask image: binary (0/1 or 0/255), or a label map in which one
@@ -316,7 +316,7 @@ def load_mask(path: str | os.PathLike, skin_label: int | None = None, shape: tup
     if vmax <= 1:
         return arr > 0
     if vmax < 128 and np.unique(arr).size > 2:
-        raise InputFileError(f"{p}: looks like a label map (values 0..{vmax}); pass the skin label id (--skin-label)")
+        raise InputFileError(f"{p}: looks like a label map (values 0..{vmax}); pass the skin label id (skin_label)")
     return arr >= 128
 
 

@@ -1,5 +1,5 @@
 """Measure the apparent skin colour of one image: mask, smoothing, estimator,
-per-image spread, stability and quality flags (issue 3; docs/METHODS.md §2).
+per-image spread, stability and quality flags (docs/METHODS.md §2).
 
 A missing face, an empty mask or too few skin pixels is a recorded outcome
 (``ok=False`` with a ``reason``), not an exception. Exceptions
@@ -18,14 +18,9 @@ import numpy as np
 
 from fairvision.errors import FairvisionError, InputFileError
 from fairvision.skin.colour import CIE_EPSILON, CIE_KAPPA, D65_WHITE, RGB_TO_XYZ, gray_level, hue_angle, srgb_to_lab
-from fairvision.skin.estimators import (
-    METHODS,
-    estimate,
-    published_lab,
-    thong_bootstrap,
-    thong_features,
-    thong_from_features,
-)
+from fairvision.skin.estimators import METHODS, estimate
+from fairvision.skin.thong import thong_bootstrap, thong_features, thong_from_features
+from fairvision.skin.thong_published import published_lab
 
 __all__ = ["SkinMeasurement", "measure", "measure_pixels", "smooth_skin_pixels", "load_mask", "DEFAULTS"]
 
@@ -488,7 +483,7 @@ def _as_mask(mask, shape, skin_label, where: str) -> np.ndarray:
 
 def measure(image, mask=None, method: str = "thong", *, mask_method: str = "mediapipe", skin_label: int | None = None,
             smooth: bool | None = None, mask_trust: str | None = None, **kw) -> SkinMeasurement:
-    """Measure the apparent skin colour of one image (issue 3; docs/METHODS.md §2).
+    """Measure the apparent skin colour of one image (docs/METHODS.md §2).
 
     Parameters
     ----------

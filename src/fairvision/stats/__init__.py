@@ -46,7 +46,7 @@ _EXPORTS = {
     "rarefied_vendi_draws": "diversity",
     # multiple comparisons
     "adjust_pvalues": "corrections",
-    # model audit (issue: Model audit)
+    # model audit (docs/METHODS.md §6)
     "pairwise_mannwhitney": "pairwise",
     "disparity": "pairwise",
     "overall_disparity": "multiclass",
@@ -56,14 +56,17 @@ _EXPORTS = {
     "compare_elo_groups": "rating",
     "overall_disparity_ci": "multiclass",
     "top_pair": "pairwise",
+    "significance_summary": "pairwise",
+    "top_disparity_row": "pairwise",
     "u_statistics": "pairwise",
     "ODResult": "multiclass",
     "group_summary": "groupwise",
     "cluster_means": "groupwise",
     "kruskal_test": "groupwise",
     "KruskalResult": "groupwise",
-    # retrieval parity and power (issue: Retrieval audit)
+    # retrieval parity and power (docs/METHODS.md §8)
     "parity_test": "parity",
+    "ParityOptions": "parity",
     "contrast_tests": "parity",
     "knn_search": "knn",
     "risk_ratio": "parity",
@@ -72,7 +75,7 @@ _EXPORTS = {
     "detectable_nrr": "power",
     "detectable_curve": "power",
     "catalog_adequacy": "power",
-    # diagnosis (issue: Bias diagnosis)
+    # bias diagnosis (docs/METHODS.md §7)
     "fpgrowth": "itemsets",
     "association_rules": "itemsets",
     "van_elteren": "stratified",
@@ -82,11 +85,18 @@ _EXPORTS = {
     # outcomes clustered in subjects (docs/METHODS.md §12.1, §12.2)
     "group_vs_rest_design_effect": "clustered",
     "clustered_mcnemar": "clustered",
+    # each group against the rest (docs/METHODS.md §12.1)
+    "GroupVsRest": "versus_rest",
+    "group_vs_rest": "versus_rest",
+    "group_vs_rest_pvalue": "versus_rest",
+    "adjust_group_tests": "versus_rest",
+    "count_flagged": "versus_rest",
+    "flag_differences": "versus_rest",
     # near-duplicate search (docs/METHODS.md §13.7)
     "popcount64": "hamming",
     "hamming_distance": "hamming",
     "near_duplicate_pairs": "hamming",
-    # generative model audits (issue: BiasPainter metamorphic testing)
+    # generative model audits: BiasPainter metamorphic testing (docs/METHODS.md §10)
     "signed_rank_test": "metamorphic",
     "flip_test": "metamorphic",
     "metamorphic_scores": "metamorphic",
@@ -95,7 +105,7 @@ _EXPORTS = {
     "mean_abs_score_ci": "metamorphic",
     "ChangeTestResult": "metamorphic",
     "MetamorphicScores": "metamorphic",
-    # bias-transfer studies (issue 16)
+    # bias-transfer studies (docs/METHODS.md §11)
     "disparity_replicates": "multiclass",
     "paired_difference_test": "paired",
     "paired_od_tests": "paired",

@@ -380,3 +380,68 @@ def top_pair(result: pd.DataFrame, *, significant_only: bool = True) -> pd.Serie
     if df.empty:
         return None
     return df.loc[df["disparity"].astype(float).idxmax()]
+
+
+#: columns of a model audit's ``top_disparities`` table, one row per metric and attribute set (FHIBE Extended
+#: Data Table 2 layout)
+TOP_DISPARITY_COLUMNS = ["metric", "intersection", "k", "disparity", "worst_group", "best_group", "median_worst",
+                         "median_best", "n_worst", "n_best", "pvalue", "pvalue_adjusted", "effect_size", "n_tests"]
+
+
+def significant_pairs(result: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The pairs of a :func:`pairwise_mannwhitney` table flagged ``significant`` (None for no table or no rows)."""
+    return result[result["significant"].astype(bool)] if result is not None and len(result) else None
+
+
+def significance_summary(result: pd.DataFrame | None) -> tuple[int, float]:
+    """``(n_significant, disparity)`` of one pairwise table (docs/METHODS.md §6.3).
+
+    Parameters
+    ----------
+    result : pandas.DataFrame or None
+        Output of :func:`pairwise_mannwhitney`.
+
+    Returns
+    -------
+    tuple of (int, float)
+        The number of pairs flagged ``significant`` and the largest D among them (0.0 when none or all D are
+        missing).
+    """
+    sig = significant_pairs(result)
+    if sig is None or not len(sig):
+        return 0, 0.0
+    d = sig["disparity"].astype(float)
+    return int(len(sig)), float(d.max()) if d.notna().any() else 0.0
+
+
+def top_disparity_row(metric: str, intersection: str, k: int, result: pd.DataFrame | None) -> dict | None:
+    """One row of a top-disparities table (:data:`TOP_DISPARITY_COLUMNS`; docs/METHODS.md §6.3).
+
+    Parameters
+    ----------
+    metric, intersection : str
+        The metric and the attribute set that ``result`` compares groups of.
+    k : int
+        Number of attributes in the attribute set.
+    result : pandas.DataFrame or None
+        Output of :func:`pairwise_mannwhitney`.
+
+    Returns
+    -------
+    dict or None
+        The significant pair with the largest D; None when no pair is significant (or none has a D).
+    """
+    sig = significant_pairs(result)
+    if sig is None or not len(sig):
+        return None
+    d = sig["disparity"].astype(float)
+    if not d.notna().any():
+        return None
+    best = sig.loc[d.idxmax()]
+    return {"metric": metric, "intersection": intersection, "k": k, "disparity": float(best["disparity"]),
+            "worst_group": best["worst"], "best_group": best["best"],
+            "median_worst": best["median_worst"], "median_best": best["median_best"],
+            "n_worst": int(best["n_a"] if best["worst"] == best["group_a"] else best["n_b"]),
+            "n_best": int(best["n_a"] if best["best"] == best["group_a"] else best["n_b"]),
+            "pvalue": float(best["pvalue"]), "pvalue_adjusted": float(best["pvalue_adjusted"]),
+            "effect_size": float(best["effect_size"]), "n_tests": len(result)}

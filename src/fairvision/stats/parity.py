@@ -43,6 +43,9 @@ The chi-square tests are those of :mod:`fairvision.stats.chisquare`
   uniformly more powerful); ``correction`` accepts ``"none"``,
   ``"bonferroni"``, ``"holm"`` and ``"bh"`` (docs/METHODS.md §4.3).
 - **Significance level**: ``alpha=0.01``, the paper's level.
+- **Options** of how the tests are computed (continuity correction, exact
+  fallback, Monte Carlo draws, the smallest judged value) travel together as a
+  :class:`ParityOptions`.
 - **Risk ratio CI** at the edges follows the epitools convention that
   :func:`scipy.stats.contingency.relative_risk` uses, except that when no
   result of a query value carries that value (RR = 0) the interval is
@@ -59,7 +62,7 @@ import numpy as np
 import pandas as pd
 from scipy import special as _special
 
-from fairvision.errors import FairvisionError
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.stats.chisquare import (
     DEFAULT_MC_SAMPLES,
     ChiSquareResult,
@@ -300,6 +303,29 @@ def contrast_tests(
 # ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ParityOptions:
+    """How the parity tests are computed, and which values are too small to judge (docs/METHODS.md §8.1, §8.2).
+
+    Parameters
+    ----------
+    continuity : bool
+        Yates' continuity correction of the 2 x 2 contrast tables (default off, as the paper).
+    exact : {"auto", "never", "always"}
+        Exact / Monte Carlo p-values when expected counts are small
+        (:func:`fairvision.stats.chisquare.chi2_test`).
+    mc_samples : int
+        Tables drawn for a Monte Carlo p-value.
+    min_queries : int
+        Values with fewer queries are flagged ``too_small``.
+    """
+
+    continuity: bool = False
+    exact: str = "auto"
+    mc_samples: int = DEFAULT_MC_SAMPLES
+    min_queries: int = 10
+
+
 @dataclass
 class ParityResult:
     """Distribution parity test of top-K results (docs/METHODS.md §8.1, §8.2).
@@ -396,12 +422,9 @@ def parity_test(
     categories: Sequence | None = None,
     alpha: float = DEFAULT_ALPHA,
     correction: str = DEFAULT_CORRECTION,
-    continuity: bool = False,
-    exact: str = "auto",
-    mc_samples: int = DEFAULT_MC_SAMPLES,
-    seed: int | np.random.Generator | None = 0,
-    min_queries: int = 10,
     level: float = 0.95,
+    seed: int | np.random.Generator | None = 0,
+    options: ParityOptions | None = None,
 ) -> ParityResult:
     """Distribution parity test of retrieval results (docs/METHODS.md §8.1, §8.2).
 
@@ -432,18 +455,13 @@ def parity_test(
         Significance level (paper: 0.01).
     correction : {"none", "bonferroni", "holm", "bh"}
         Multiple-comparison correction of the contrast and per-rank tests.
-    continuity : bool
-        Yates' continuity correction of the 2 x 2 contrast tables (default off).
-    exact : {"auto", "never", "always"}
-        Exact / Monte Carlo p-values when expected counts are small.
-    mc_samples : int
-        Tables drawn for a Monte Carlo p-value.
-    seed : int, numpy.random.Generator or None
-        Randomness of the Monte Carlo tests.
-    min_queries : int
-        Values with fewer queries are flagged ``too_small``.
     level : float
         Two-sided level of the risk-ratio intervals.
+    seed : int, numpy.random.Generator or None
+        Randomness of the Monte Carlo tests.
+    options : ParityOptions, optional
+        Continuity correction, exact fallback, Monte Carlo draws and the
+        smallest judged value (default ``ParityOptions()``).
 
     Returns
     -------
@@ -451,10 +469,39 @@ def parity_test(
         ``statistic``, ``pvalue``, ``df`` of the omnibus test; ``omnibus``,
         ``contrasts``, ``per_rank``, ``table``.
     """
-    if k is not None and int(k) < 1:
-        raise FairvisionError(f"k must be at least 1, got {k}")
+    options = options or ParityOptions()
     if not 0 < alpha < 1:
-        raise FairvisionError(f"alpha must be in (0, 1), got {alpha}")
+        raise ParameterError("alpha", f"must be in (0, 1), got {alpha}")
+    qid, qv, rv, rk, k = _top_k_pairs(query_values, result_values, query_ids, ranks, k)
+    cats = _categories(pd.concat([pd.Series(catalog_values, dtype=object), rv, qv]), categories)
+    exact, mc_samples = options.exact, options.mc_samples
+    caught: list[str] = []
+    with warnings.catch_warnings(record=True) as wlist:
+        warnings.simplefilter("always", SmallExpectedCountWarning)
+        table = contingency(qv, rv, catalog_values, cats)
+        omnibus = chi2_test(table.to_numpy(), exact=exact, mc_samples=mc_samples, seed=seed, label="omnibus table")
+        qdf = pd.DataFrame({"q": qid, "v": qv.to_numpy()}).drop_duplicates("q")
+        n_queries = qdf["v"].value_counts().reindex(cats, fill_value=0)
+        contr = contrast_tests(table, n_queries=n_queries, alpha=alpha, correction=correction,
+                               continuity=options.continuity, exact=exact, level=level, min_queries=options.min_queries)
+        per_rank, rank_tables = _rank_tests(qv, rv, rk, k, catalog_values, cats, exact, mc_samples, seed)
+        caught = [str(w.message) for w in wlist if issubclass(w.category, SmallExpectedCountWarning)]
+    for msg in caught:
+        warnings.warn(msg, SmallExpectedCountWarning, stacklevel=2)
+    per_rank["pvalue_adjusted"] = adjust_pvalues(per_rank["pvalue"].to_numpy(dtype=float), correction)
+    per_rank["reject"] = per_rank["pvalue_adjusted"] < alpha
+    return ParityResult(
+        table=table, omnibus=omnibus, contrasts=contr, per_rank=per_rank, rank_tables=rank_tables, k=int(k),
+        alpha=float(alpha), correction=correction, continuity=bool(options.continuity), n_queries=int(len(qdf)),
+        n_catalog=int(len(catalog_values)), warnings=caught,
+    )
+
+
+def _top_k_pairs(query_values, result_values, query_ids, ranks, k: int | None):
+    """The (query id, query value, result value, rank) of every pair of rank <= ``k``, checked and aligned;
+    and ``k`` (default: the largest rank)."""
+    if k is not None and int(k) < 1:
+        raise ParameterError("k", f"must be at least 1, got {k}")
     qv_all = np.asarray(query_values, dtype=object)
     rv_all = np.asarray(result_values, dtype=object)
     if qv_all.shape != rv_all.shape:
@@ -473,38 +520,21 @@ def parity_test(
         k = int(ranks.max()) if ranks.size else 1
     keep = ranks <= k
     qid = qid_all[keep]
-    qv = pd.Series(qv_all[keep])
-    rv = pd.Series(rv_all[keep])
-    rk = ranks[keep]
     if qid.size == 0:
         raise FairvisionError(f"no results with rank <= {k}")
-    cats = _categories(pd.concat([pd.Series(catalog_values, dtype=object), rv, qv]), categories)
-    caught: list[str] = []
-    with warnings.catch_warnings(record=True) as wlist:
-        warnings.simplefilter("always", SmallExpectedCountWarning)
-        table = contingency(qv, rv, catalog_values, cats)
-        omnibus = chi2_test(table.to_numpy(), exact=exact, mc_samples=mc_samples, seed=seed, label="omnibus table")
-        qdf = pd.DataFrame({"q": qid, "v": qv.to_numpy()}).drop_duplicates("q")
-        n_queries = qdf["v"].value_counts().reindex(cats, fill_value=0)
-        contr = contrast_tests(table, n_queries=n_queries, alpha=alpha, correction=correction, continuity=continuity,
-                               exact=exact, level=level, min_queries=min_queries)
-        rank_rows, rank_tables = [], {}
-        for r in range(1, int(k) + 1):
-            sel = rk == r
-            if not sel.any():
-                continue
-            tr = contingency(qv[sel].to_numpy(), rv[sel].to_numpy(), catalog_values, cats)
-            rank_tables[r] = tr
-            res = chi2_test(tr.to_numpy(), exact=exact, mc_samples=mc_samples, seed=seed, label=f"rank {r} table")
-            rank_rows.append({"rank": r, **{f: getattr(res, f) for f in _RANK_FIELDS}})
-        caught = [str(w.message) for w in wlist if issubclass(w.category, SmallExpectedCountWarning)]
-    for msg in caught:
-        warnings.warn(msg, SmallExpectedCountWarning, stacklevel=2)
-    per_rank = pd.DataFrame(rank_rows, columns=["rank", *_RANK_FIELDS]).set_index("rank")
-    per_rank["pvalue_adjusted"] = adjust_pvalues(per_rank["pvalue"].to_numpy(dtype=float), correction)
-    per_rank["reject"] = per_rank["pvalue_adjusted"] < alpha
-    return ParityResult(
-        table=table, omnibus=omnibus, contrasts=contr, per_rank=per_rank, rank_tables=rank_tables, k=int(k),
-        alpha=float(alpha), correction=correction, continuity=bool(continuity), n_queries=int(len(qdf)),
-        n_catalog=int(len(catalog_values)), warnings=caught,
-    )
+    return qid, pd.Series(qv_all[keep]), pd.Series(rv_all[keep]), ranks[keep], k
+
+
+def _rank_tests(qv: pd.Series, rv: pd.Series, rk: np.ndarray, k: int, catalog_values, cats: list, exact: str,
+                mc_samples: int, seed) -> tuple[pd.DataFrame, dict]:
+    """The omnibus test of every rank 1..k (the strong condition) and the contingency table of each rank."""
+    rank_rows, rank_tables = [], {}
+    for r in range(1, int(k) + 1):
+        sel = rk == r
+        if not sel.any():
+            continue
+        tr = contingency(qv[sel].to_numpy(), rv[sel].to_numpy(), catalog_values, cats)
+        rank_tables[r] = tr
+        res = chi2_test(tr.to_numpy(), exact=exact, mc_samples=mc_samples, seed=seed, label=f"rank {r} table")
+        rank_rows.append({"rank": r, **{f: getattr(res, f) for f in _RANK_FIELDS}})
+    return pd.DataFrame(rank_rows, columns=["rank", *_RANK_FIELDS]).set_index("rank"), rank_tables

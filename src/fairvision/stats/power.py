@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from fairvision.errors import FairvisionError
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.stats.chisquare import batch_chi2
 from fairvision.stats.parity import DEFAULT_ALPHA, FAIR_NRR
 
@@ -77,16 +77,16 @@ def _parse_pz(p_z) -> tuple[list, np.ndarray]:
         p = np.asarray(p_z, dtype=float).ravel()
         labels = list(range(p.size))
     if p.size < 2:
-        raise FairvisionError("p_z needs at least two values")
+        raise ParameterError("p_z", "needs at least two values")
     if not np.all(np.isfinite(p)) or (p < 0).any():
-        raise FairvisionError("p_z must be non-negative finite probabilities")
+        raise ParameterError("p_z", "must be non-negative finite probabilities")
     s = p.sum()
     if s <= 0:
-        raise FairvisionError("p_z sums to 0")
+        raise ParameterError("p_z", "sums to 0")
     if abs(s - 1) > 1e-6:
-        raise FairvisionError(f"p_z must sum to 1 (it sums to {s:.6g}); pass shares, not counts")
+        raise ParameterError("p_z", f"must sum to 1 (it sums to {s:.6g}); pass shares, not counts")
     if (p >= 1).any():
-        raise FairvisionError("p_z puts all mass on one value; there is nothing to test")
+        raise ParameterError("p_z", "puts all mass on one value; there is nothing to test")
     return labels, p / s
 
 
@@ -272,9 +272,9 @@ def power(
     """
     labels, p = _parse_pz(p_z)
     if test not in ("omnibus", "contrast"):
-        raise FairvisionError(f"test must be 'omnibus' or 'contrast', not {test!r}")
+        raise ParameterError("test", f"must be 'omnibus' or 'contrast', not {test!r}")
     if not 0 < alpha < 1:
-        raise FairvisionError(f"alpha must be in (0, 1), got {alpha}")
+        raise ParameterError("alpha", f"must be in (0, 1), got {alpha}")
     rng = np.random.default_rng(seed)
     q, r = simulate_counts(p, rr, n, k, trials, rng)
     if test == "omnibus":
@@ -418,7 +418,7 @@ def detectable_nrr(
     """
     labels, p = _parse_pz(p_z)
     if side not in ("below", "above"):
-        raise FairvisionError(f"side must be 'below' or 'above', not {side!r}")
+        raise ParameterError("side", f"must be 'below' or 'above', not {side!r}")
     j = None if test == "omnibus" else _resolve_value(labels, value)
     f = _power_fn(p, int(n), k, alpha, trials, seed, continuity, j)
     to_rr = (lambda x: x) if side == "below" else (lambda x: 1.0 / x)

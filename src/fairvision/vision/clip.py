@@ -15,7 +15,7 @@ weights the user already has, so that images go to a zero-shot audit in two comm
 
 Every adapter returns float32 L2-normalised rows, runs batches under ``torch.no_grad`` and has a ``signature``
 (a hash of what shapes its output: backend, weights fingerprint, preprocessing, library versions) that keys
-its image embeddings in the results store (:func:`embed_images`, stage :data:`STAGE`).
+its image embeddings in the results store (:func:`fairvision.vision.clip_embeddings.embed_images`).
 
 torch, transformers and open_clip are imported inside the adapters: they take several seconds to import and are
 optional (the ``diffusers`` extra brings torch and transformers).
@@ -23,7 +23,6 @@ optional (the ``diffusers`` extra brings torch and transformers).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import zlib
@@ -33,19 +32,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fairvision.engine.cache import content_key, source_signature
-from fairvision.errors import FairvisionError, InputFileError
-from fairvision.io.images import read_image
-from fairvision.io.store import ResultsStore, file_sha256, row_key
+from fairvision.engine.cache import content_key
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 
 #: the three backends of ``fairvision audit vlm embed --backend``
 BACKENDS = ("transformers", "open_clip", "tiny-random")
-#: stage of the image embeddings in the results store
-STAGE = "clip_image"
-#: bump when a change here changes stored embeddings (the source of this module is hashed as well)
-CACHE_VERSION = 1
-#: a run that leaves the stage with more parts than this compacts it (as the other per-image stages do)
-COMPACT_PARTS = 64
 #: OpenAI CLIP's per-channel normalisation (RGB in [0, 1]), used by CLIP checkpoints and open_clip's OpenAI models
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -165,7 +156,7 @@ class ClipAdapter(ABC):
 
     def __init__(self, batch_size: int = 32):
         if int(batch_size) < 1:
-            raise FairvisionError(f"batch size must be at least 1, not {batch_size}")
+            raise ParameterError("batch_size", f"must be at least 1, not {batch_size}")
         self.batch_size = int(batch_size)
         self.name = self.backend
         self.signature = ""
@@ -265,9 +256,11 @@ class TransformersCLIP(_HFModelMixin, ClipAdapter):
         super().__init__(batch_size)
         folder = Path(path).expanduser()
         if not folder.exists():
-            raise InputFileError(f"{folder}: no such model folder (--model needs a local Hugging Face CLIP checkpoint folder)")
+            raise InputFileError(f"{folder}: no such model folder (the transformers backend needs a local Hugging Face "
+                                 "CLIP checkpoint folder)")
         if not folder.is_dir():
-            raise InputFileError(f"{folder}: not a folder (--model needs a local Hugging Face CLIP checkpoint folder)")
+            raise InputFileError(f"{folder}: not a folder (the transformers backend needs a local Hugging Face CLIP "
+                                 "checkpoint folder)")
         cfg_path = folder / "config.json"
         if not cfg_path.is_file():
             raise InputFileError(f"{folder}: no config.json: not a Hugging Face checkpoint folder")
@@ -421,11 +414,11 @@ class OpenCLIP(ClipAdapter):
     def __init__(self, arch: str, path, *, batch_size: int = 32, device: str = "auto"):
         super().__init__(batch_size)
         if not arch:
-            raise FairvisionError("--backend open_clip needs --arch (an open_clip model name, e.g. ViT-B-32)")
+            raise ParameterError("arch", "is needed by the open_clip backend (an open_clip model name, e.g. ViT-B-32)")
         weights = Path(path).expanduser()
         if not weights.is_file():
             what = "is a folder" if weights.is_dir() else "no such file"
-            raise InputFileError(f"{weights}: {what}; --backend open_clip needs --model, a local weights file "
+            raise InputFileError(f"{weights}: {what}; the open_clip backend needs a local weights file "
                                  "(.pt, .bin or .safetensors)")
         torch = _import_torch()
         try:
@@ -477,137 +470,17 @@ def load_adapter(backend: str, *, model=None, arch: str | None = None, batch_siz
         Weights of ``tiny-random``.
     """
     if backend not in BACKENDS:
-        raise FairvisionError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        raise ParameterError("backend", f"{backend!r} is unknown; use one of {', '.join(BACKENDS)}")
     if backend == "tiny-random":
         if model is not None or arch is not None:
-            raise FairvisionError("--backend tiny-random builds its own model: drop --model / --arch")
+            raise ParameterError("model", "is not used by the tiny-random backend, which builds its own model "
+                                          "(give neither model nor arch)")
         return TinyRandomCLIP(seed=seed, batch_size=batch_size, device="cpu" if device == "auto" else device)
     if model is None:
         need = "a local Hugging Face CLIP checkpoint folder" if backend == "transformers" else "a local weights file"
-        raise FairvisionError(f"--backend {backend} needs --model: {need} (fairvision never downloads weights)")
+        raise ParameterError("model", f"is needed by the {backend} backend: {need} (fairvision never downloads weights)")
     if backend == "transformers":
         if arch is not None:
-            raise FairvisionError("--arch is for --backend open_clip; the transformers backend reads config.json")
+            raise ParameterError("arch", "is for the open_clip backend; the transformers backend reads config.json")
         return TransformersCLIP(model, batch_size=batch_size, device=device)
     return OpenCLIP(arch, model, batch_size=batch_size, device=device)
-
-
-# --------------------------------------------------------------------------- image embeddings with the store
-
-
-def params_hash(adapter: ClipAdapter) -> str:
-    """Hash of what shapes a stored image embedding besides the image: the adapter's signature and the code of
-    this module and of the image decoder."""
-    return content_key({"v": CACHE_VERSION, "model": adapter.signature,
-                        "code": source_signature(["vision/clip.py", "io/images.py"])})
-
-
-def _pack(vec: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
-
-
-def _unpack(text: str, dim: int) -> np.ndarray:
-    v = np.frombuffer(base64.b64decode(text), dtype="<f4")
-    if v.size != dim:
-        raise FairvisionError(f"results store: a {STAGE} record has {v.size} values, expected {dim}")
-    return v.astype(np.float32)
-
-
-def embed_images(paths: Sequence[str], adapter: ClipAdapter, *, store: ResultsStore | None = None,
-                 sample_ids: Sequence | None = None, subject_ids: Sequence | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, dict]:
-    """Unit image embeddings of ``paths`` in order, reading and keeping them in the results store
-    (docs/METHODS.md §12.4).
-
-    With a ``store``, each embedding is kept under stage :data:`STAGE` and the key of the SHA-256 of the image
-    file's bytes with :func:`params_hash` (the model signature and this code): a second run with the same model
-    reads them instead of running the model, and files with the same bytes are embedded once. Images are read
-    and embedded ``adapter.batch_size`` at a time, so memory stays one batch of images.
-
-    Returns
-    -------
-    embeddings : numpy.ndarray, shape (n, d), float32, unit rows
-    summary : dict
-        ``images``, ``from_store`` (read from the store), ``computed`` (images run through the model).
-
-    Raises
-    ------
-    InputFileError
-        An image that cannot be read (one line naming it); what was embedded before it is kept in the store.
-    """
-    paths = [str(p) for p in paths]
-    n = len(paths)
-    if n == 0:
-        raise FairvisionError("no images to embed")
-    sids = [None] * n if sample_ids is None else list(sample_ids)
-    subs = [None] * n if subject_ids is None else list(subject_ids)
-    result: list[np.ndarray | None] = [None] * n
-    keys: list[str | None] = [None] * n
-    contents: list[str | None] = [None] * n
-    phash = params_hash(adapter) if store is not None else None
-    if store is not None:
-        for i, p in enumerate(paths):
-            c = file_sha256(p)
-            if c is not None:  # an unreadable file fails below with its own message
-                contents[i], keys[i] = c, row_key(c, phash)
-        hits = store.get_many(STAGE, (k for k in keys if k))
-        for i, k in enumerate(keys):
-            hit = hits.get(k) if k else None
-            if hit is not None and hit.get("signature") == adapter.signature:
-                result[i] = _unpack(hit["embedding"], int(hit["dim"]))
-    from_store = sum(r is not None for r in result)
-    # one forward pass per distinct content among the images not stored
-    todo: dict[str, list[int]] = {}
-    for i in range(n):
-        if result[i] is None:
-            todo.setdefault(contents[i] or f"path:{paths[i]}", []).append(i)
-    groups = list(todo.values())
-    done = from_store
-    if progress is not None:
-        progress(done, n)
-    try:
-        for b in range(0, len(groups), adapter.batch_size):
-            batch = groups[b:b + adapter.batch_size]
-            emb = adapter.encode_images([read_image(paths[g[0]]) for g in batch])
-            for g, vec in zip(batch, emb):
-                for i in g:
-                    result[i] = vec
-                    if store is not None and keys[i] is not None:
-                        store.put(STAGE, keys[i], {"embedding": _pack(vec), "dim": int(vec.size),
-                                                   "model": adapter.name, "signature": adapter.signature},
-                                  content_hash=contents[i], params_hash=phash, sample_id=sids[i],
-                                  subject_id=subs[i], image_path=paths[i])
-                done += len(g)
-            if progress is not None:
-                progress(done, n)
-    finally:
-        if store is not None:
-            store.flush()  # what finished is kept, also when interrupted or when an image fails
-    if store is not None and n > from_store:
-        store.vacuum(max_parts=COMPACT_PARTS, blocking=False)  # many small parts: compact if no one else holds it
-    dims = {r.size for r in result}
-    if len(dims) != 1:
-        raise FairvisionError(f"results store: stored embeddings of {STAGE} have different lengths {sorted(dims)}")
-    return np.stack(result).astype(np.float32), {"images": n, "from_store": from_store, "computed": n - from_store}
-
-
-def read_provenance(path) -> dict | None:
-    """The provenance :func:`ClipAdapter.describe` wrote into an embedding file made by ``audit vlm embed``
-    (the ``provenance`` array of an ``.npz``, or the ``fairvision`` key of a Parquet file's metadata); None
-    for any other file. A caller adds its ``note`` (e.g. tiny-random's) to its report."""
-    p = Path(path)
-    try:
-        if p.suffix.lower() == ".npz":
-            with np.load(p, allow_pickle=False) as z:
-                if "provenance" not in z.files:
-                    return None
-                return json.loads(str(z["provenance"]))
-        if p.suffix.lower() in (".parquet", ".pq"):
-            import pyarrow.parquet as pq  # lazy: only for Parquet inputs
-
-            meta = pq.read_schema(p).metadata or {}
-            raw = meta.get(b"fairvision")
-            return json.loads(raw) if raw else None
-    except (OSError, ValueError):
-        return None
-    return None

@@ -10,13 +10,11 @@ detector finds "faces" in pure pixel noise.
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 
-_LOCK = threading.Lock()
-_MODELS: dict[tuple[int, float], object] = {}
+from fairvision.vision.model_cache import ModelCache, import_mediapipe
+
+_MODELS = ModelCache()  # (model, min_confidence) -> FaceDetection
 
 #: A face box whose grey levels correlate less than this with their right and lower neighbours is not a
 #: photograph of anything (docs/METHODS.md §2.1): in real photos the correlation is above 0.85 (at least 0.886
@@ -60,20 +58,13 @@ def plausible_face_box(image_rgb: np.ndarray, box, *, min_correlation: float = M
 
 def get_face_detector(model: int = 0, min_confidence: float = 0.3):
     """The cached ``mp.solutions.face_detection.FaceDetection`` (model 0: short range, 1: full range)."""
-    key = (int(model), float(min_confidence))
-    det = _MODELS.get(key)
-    if det is None:
-        with _LOCK:
-            det = _MODELS.get(key)
-            if det is None:
-                os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
-                import mediapipe as mp  # heavy; imported on first use
 
-                det = mp.solutions.face_detection.FaceDetection(
-                    model_selection=int(model), min_detection_confidence=float(min_confidence)
-                )
-                _MODELS[key] = det
-    return det
+    def build():
+        return import_mediapipe().solutions.face_detection.FaceDetection(
+            model_selection=int(model), min_detection_confidence=float(min_confidence)
+        )
+
+    return _MODELS.get((int(model), float(min_confidence)), build)
 
 
 def models_built() -> bool:

@@ -11,16 +11,15 @@ Landmark layout: 0-16 jaw, 17-21 and 22-26 eyebrows, 27-35 nose, 36-41 and
 from __future__ import annotations
 
 import importlib.util
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from fairvision.errors import FairvisionError
 from fairvision.vision.detect import plausible_face_box
+from fairvision.vision.model_cache import ModelCache
 
-_LOCK = threading.Lock()
-_CACHE: dict[str, object] = {}
+_MODELS = ModelCache()  # "detector" / "predictor" -> the dlib model
 
 JAW = np.arange(0, 17)
 RIGHT_BROW = np.arange(17, 22)
@@ -43,33 +42,28 @@ def model_path(name: str = "shape_predictor_68_face_landmarks.dat") -> Path:
     return path
 
 
-def _get(name: str):
-    obj = _CACHE.get(name)
-    if obj is None:
-        with _LOCK:
-            obj = _CACHE.get(name)
-            if obj is None:
-                try:
-                    import dlib  # heavy; imported on first use
-                except ImportError:
-                    raise FairvisionError("the dlib mask needs dlib (pip install dlib-bin)") from None
-                if name == "detector":
-                    obj = dlib.get_frontal_face_detector()
-                else:
-                    obj = dlib.shape_predictor(str(model_path()))
-                _CACHE[name] = obj
-    return obj
+def get_model(name: str, *, lock: bool = True):
+    """dlib's ``"detector"`` or ``"predictor"``, built once per process (the batch measurement preloads them;
+    ``lock=False``: see :meth:`fairvision.vision.model_cache.ModelCache.get`)."""
+
+    def build():
+        try:
+            import dlib  # heavy; imported on first use
+        except ImportError:
+            raise FairvisionError("the dlib mask needs dlib (pip install dlib-bin)") from None
+        return dlib.get_frontal_face_detector() if name == "detector" else dlib.shape_predictor(str(model_path()))
+
+    return _MODELS.get(name, build, lock=lock)
 
 
-get_model = _get  # public: "detector" or "predictor", built once per process (the batch measurement preloads them)
-MODEL_CACHE = _CACHE  # public: the per-process model cache (filled without the lock by the batch measurement)
+MODEL_CACHE = _MODELS  # public: the per-process model cache ("predictor" in MODEL_CACHE: loaded in this process)
 
 
 def detect(image_rgb: np.ndarray, *, upsample: int = 1) -> list[np.ndarray]:
     """HOG face boxes ``[x0, y0, x1, y1]`` (float32 pixels), largest first; boxes on content that is
     not a photograph are dropped (:func:`fairvision.vision.detect.plausible_face_box`)."""
     img = np.ascontiguousarray(image_rgb, dtype=np.uint8)
-    rects = _get("detector")(img, int(upsample))
+    rects = get_model("detector")(img, int(upsample))
     boxes = [np.array([r.left(), r.top(), r.right(), r.bottom()], dtype=np.float32) for r in rects]
     boxes = [b for b in boxes if plausible_face_box(img, b)]  # not on pixel noise
     return sorted(boxes, key=lambda b: -float((b[2] - b[0]) * (b[3] - b[1])))
@@ -88,7 +82,7 @@ def landmarks(image_rgb: np.ndarray, boxes=None, *, upsample: int = 1) -> list[n
     img = np.ascontiguousarray(image_rgb, dtype=np.uint8)
     if boxes is None:
         boxes = detect(img, upsample=upsample)
-    predictor = _get("predictor")
+    predictor = get_model("predictor")
     out = []
     for b in boxes:
         x0, y0, x1, y1 = (int(round(float(v))) for v in b[:4])

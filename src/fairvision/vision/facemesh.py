@@ -12,30 +12,23 @@ are chained into an ordered polygon, the other parts are used as point sets.
 
 from __future__ import annotations
 
-import os
-import threading
 from functools import lru_cache
 
 import numpy as np
 
 from fairvision.vision.detect import plausible_face_box
+from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_LOCK = threading.Lock()
-_MODELS: dict[tuple[int, float], object] = {}
+_MODELS = ModelCache()  # (max_faces, min_confidence) -> FaceMesh
 
 #: Longer side that images are downscaled to before meshing (the model itself
 #: works at 192 x 192, so bigger inputs only cost time).
 MESH_MAX_SIDE = 1024
 
 
-def _mp_face_mesh():
-    os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
-    import mediapipe as mp  # heavy; imported on first use
-
-    return mp.solutions.face_mesh
-
-
-mediapipe_face_mesh = _mp_face_mesh  # public: the batch measurement imports mediapipe before forking workers
+def mediapipe_face_mesh():
+    """The ``mp.solutions.face_mesh`` module (mediapipe imported on first use)."""
+    return import_mediapipe().solutions.face_mesh
 
 
 def models_built() -> bool:
@@ -45,21 +38,16 @@ def models_built() -> bool:
 
 def get_face_mesh(max_faces: int = 5, min_confidence: float = 0.5):
     """The cached ``mp.solutions.face_mesh.FaceMesh`` for these settings."""
-    key = (int(max_faces), float(min_confidence))
-    model = _MODELS.get(key)
-    if model is None:
-        with _LOCK:
-            model = _MODELS.get(key)
-            if model is None:
-                fm = _mp_face_mesh()
-                model = fm.FaceMesh(
-                    static_image_mode=True,
-                    max_num_faces=int(max_faces),
-                    refine_landmarks=False,
-                    min_detection_confidence=float(min_confidence),
-                )
-                _MODELS[key] = model
-    return model
+
+    def build():
+        return mediapipe_face_mesh().FaceMesh(
+            static_image_mode=True,
+            max_num_faces=int(max_faces),
+            refine_landmarks=False,
+            min_detection_confidence=float(min_confidence),
+        )
+
+    return _MODELS.get((int(max_faces), float(min_confidence)), build)
 
 
 def chain_cycle(edges) -> list[np.ndarray]:
@@ -100,7 +88,7 @@ def regions() -> dict[str, np.ndarray]:
     ``left_eyebrow``, ``right_eyebrow`` and ``lips`` are point sets whose
     convex hulls are cut out of the oval.
     """
-    fm = _mp_face_mesh()
+    fm = mediapipe_face_mesh()
     oval = max(chain_cycle(fm.FACEMESH_FACE_OVAL), key=len)
 
     def pts(conns):

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fairvision.errors import FairvisionError
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.io.store import file_sha256
 
 #: length of an embedding
@@ -211,7 +211,7 @@ class ImageEmbedder:
 
     def __init__(self, batch_size: int = 32, threads: int | None = None):
         if int(batch_size) < 1:
-            raise FairvisionError(f"batch size must be at least 1, not {batch_size}")
+            raise ParameterError("batch_size", f"must be at least 1, not {batch_size}")
         self.batch_size = int(batch_size)
         self.threads = int(threads) if threads else default_threads()
         self._model: EfficientNetLite0 | None = None

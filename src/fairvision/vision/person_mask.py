@@ -8,7 +8,6 @@ the weights ship in the mediapipe wheel). The segmentation model is built once p
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,33 +15,23 @@ import numpy as np
 from fairvision.engine.pool import quiet_native_stderr
 from fairvision.errors import FairvisionError, InputFileError
 from fairvision.io.images import read_image
+from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_LOCK = threading.Lock()
-_MODELS: dict[int, object] = {}
+_MODELS = ModelCache()  # model_selection -> SelfieSegmentation; its lock also serialises the graph's runs
 
 #: probability above which a pixel of the selfie segmentation counts as the person
 SELFIE_THRESHOLD = 0.5
 
 
-def _mp_selfie():
-    os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
-    import mediapipe as mp  # heavy (about 1 s); imported on first use
-
-    return mp.solutions.selfie_segmentation
-
-
 def get_selfie_segmenter(model_selection: int = 0):
     """The cached ``SelfieSegmentation`` model (0: general, 256 x 256; 1: landscape, 144 x 256)."""
     key = int(model_selection)
-    model = _MODELS.get(key)
-    if model is None:
-        with _LOCK:
-            model = _MODELS.get(key)
-            if model is None:
-                with quiet_native_stderr():  # TFLite's "Created ... XNNPACK delegate" and glog lines
-                    model = _mp_selfie().SelfieSegmentation(model_selection=key)
-                _MODELS[key] = model
-    return model
+
+    def build():
+        with quiet_native_stderr():  # TFLite's "Created ... XNNPACK delegate" and glog lines
+            return import_mediapipe().solutions.selfie_segmentation.SelfieSegmentation(model_selection=key)
+
+    return _MODELS.get(key, build)
 
 
 def selfie_mask(image: np.ndarray, *, threshold: float = SELFIE_THRESHOLD, model_selection: int = 0) -> np.ndarray:
@@ -65,7 +54,7 @@ def selfie_mask(image: np.ndarray, *, threshold: float = SELFIE_THRESHOLD, model
     if img.ndim != 3 or img.shape[2] != 3:
         raise FairvisionError(f"selfie_mask: expected an (H, W, 3) RGB image, got shape {img.shape}")
     model = get_selfie_segmenter(model_selection)
-    with _LOCK, quiet_native_stderr():  # one graph per process, not re-entrant; native log lines to /dev/null
+    with _MODELS.lock, quiet_native_stderr():  # one graph per process, not re-entrant; native log lines to /dev/null
         out = model.process(img)
     prob = out.segmentation_mask
     if prob is None:

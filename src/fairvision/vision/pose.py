@@ -9,16 +9,13 @@ below it 1, one outside the image 0 (not labelled).
 
 from __future__ import annotations
 
-import os
-import threading
-
 import numpy as np
 
 from fairvision.engine.pool import quiet_native_stderr
 from fairvision.errors import FairvisionError
+from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_LOCK = threading.Lock()
-_MODELS: dict[int, object] = {}
+_MODELS = ModelCache()  # model_complexity -> Pose; its lock also serialises the graph's runs
 
 #: mediapipe visibility above which a landmark counts as visible (COCO v = 2)
 VISIBLE_THRESHOLD = 0.5
@@ -29,19 +26,13 @@ N_LANDMARKS = 33
 def get_pose_model(model_complexity: int = 1):
     """The cached ``mp.solutions.pose.Pose`` (static images, one person)."""
     key = int(model_complexity)
-    model = _MODELS.get(key)
-    if model is None:
-        with _LOCK:
-            model = _MODELS.get(key)
-            if model is None:
-                os.environ.setdefault("GLOG_minloglevel", "2")  # mediapipe's C++ info/warning lines
-                with quiet_native_stderr():  # TFLite's "Created ... XNNPACK delegate" and glog lines
-                    import mediapipe as mp  # heavy (about 1 s); imported on first use
 
-                    model = mp.solutions.pose.Pose(static_image_mode=True, model_complexity=key,
-                                                   min_detection_confidence=0.5)
-                _MODELS[key] = model
-    return model
+    def build():
+        with quiet_native_stderr():  # TFLite's "Created ... XNNPACK delegate" and glog lines
+            return import_mediapipe().solutions.pose.Pose(static_image_mode=True, model_complexity=key,
+                                                          min_detection_confidence=0.5)
+
+    return _MODELS.get(key, build)
 
 
 def detect_pose(image: np.ndarray, *, model_complexity: int = 1) -> np.ndarray | None:
@@ -65,7 +56,7 @@ def detect_pose(image: np.ndarray, *, model_complexity: int = 1) -> np.ndarray |
         raise FairvisionError(f"detect_pose: expected an (H, W, 3) RGB image, got shape {img.shape}")
     h, w = img.shape[:2]
     model = get_pose_model(model_complexity)
-    with _LOCK, quiet_native_stderr():  # one graph per process, not re-entrant; native log lines to /dev/null
+    with _MODELS.lock, quiet_native_stderr():  # one graph per process, not re-entrant; native log lines to /dev/null
         res = model.process(img)
     if res.pose_landmarks is None:
         return None

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
-from fairvision.errors import FairvisionError, InputFileError
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from PIL import Image
 
 from fairvision.io.images import encode_png, read_image
@@ -347,9 +347,9 @@ class OpenAIChatVQA:
                  retries: int = 3, backoff: float = 0.5, max_tokens: int = 64, temperature: float = 0.0,
                  system: str | None = None, max_side: int | None = MAX_SIDE):
         if not base_url or not str(base_url).startswith(("http://", "https://")):
-            raise FairvisionError(f"--url must start with http:// or https://, not {base_url!r}")
+            raise ParameterError("base_url", f"must start with http:// or https://, not {base_url!r}")
         if not model:
-            raise FairvisionError("the HTTP backend needs a model name (--model)")
+            raise ParameterError("model", "is needed by the HTTP backend: the model name the server knows")
         root = str(base_url).rstrip("/")
         self.base_url = root.removesuffix("/v1")
         self.url = f"{self.base_url}/v1/chat/completions"
@@ -357,9 +357,9 @@ class OpenAIChatVQA:
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout = float(timeout)
         if not self.timeout > 0:
-            raise FairvisionError(f"--timeout must be a positive number of seconds, not {timeout!r}")
+            raise ParameterError("timeout", f"must be a positive number of seconds, not {timeout!r}")
         if max_side is not None and int(max_side) < 0:
-            raise FairvisionError(f"--max-side must be 0 (send as is) or a positive number of pixels, not {max_side!r}")
+            raise ParameterError("max_side", f"must be 0 (send as is) or a positive number of pixels, not {max_side!r}")
         self.max_side = int(max_side) if max_side else None
         self._urls: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()

@@ -23,15 +23,16 @@ from scipy.sparse.csgraph import connected_components
 
 from fairvision.audits.curation.family import correct_across
 from fairvision.audits.model import ModelAuditResult, audit_model
-from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from fairvision.io.coco import CocoDataset, image_sample_ids, read_coco
 from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID
+from fairvision.io.validate import require_columns
 from fairvision.metrics.boxes import box_iou
 from fairvision.metrics.keypoints import COCO_SIGMAS, oks
 from fairvision.metrics.masks import dice, segmentation_to_mask
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.agreement import jaccard, krippendorff_alpha, label_indicators
-from fairvision.stats.corrections import DEFAULT_CORRECTION
 from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 
 #: agreement measures of a matched pair
@@ -78,7 +79,7 @@ def read_annotated_coco(path, annotator_key: str = "annotator_id", *, vendor_key
         where = f"{path}: annotations[{i}]" + (f" (id {coco.annotations['id'].iat[i]!r})"
                                                 if pd.notna(coco.annotations["id"].iat[i]) else "")
         if a[annotator_key] is None:
-            raise InputFileError(f"{where}: no {annotator_key!r} field for the annotator id; see --annotator-key")
+            raise InputFileError(f"{where}: no {annotator_key!r} field for the annotator id (annotator_key)")
         ann.append(str(a[annotator_key]))
         vend.append(str(a[vendor_key]) if vendor_key and a.get(vendor_key) is not None else "(none)")
         at = a.get(attributes_key) or {}
@@ -256,16 +257,11 @@ def audit_agreement(
     annotations: AnnotatedCoco,
     attributes: Sequence[Attribute | str] = (),
     *,
+    settings: AuditSettings | None = None,
     sample_id: str = "file_name",
     subject_col: str | None = SUBJECT_ID,
     min_iou: float = 0.5,
     max_k: int = 1,
-    min_subjects: int = 10,
-    correction: str = DEFAULT_CORRECTION,
-    alpha: float = 0.05,
-    n_boot: int = 1000,
-    level: float = 0.95,
-    seed: np.random.Generator | int | None = 0,
     schema: Schema | None = None,
     source: str = "samples",
 ) -> AgreementAudit:
@@ -279,15 +275,18 @@ def audit_agreement(
         From :func:`read_annotated_coco`.
     attributes : sequence of Attribute or str
         Group attributes of ``data``: agreement by group.
+    settings : AuditSettings, optional
+        Uses ``min_subjects``, ``correction``, ``alpha``, ``n_boot``, ``level`` and ``seed``, as
+        :func:`fairvision.audits.model.audit_model` (``min_subjects`` applies to groups of subjects; vendor pairs
+        need at least 2 subjects to be compared; annotators are described with CIs, not tested).
     sample_id : {"file_name", "image_id"}
         How a COCO image is matched to a ``sample_id``.
     subject_col : str or None
         Subject column (bootstrap and test unit); each image its own subject when absent.
     min_iou : float
         Smallest box IoU of a match (:func:`match_annotations`).
-    max_k, min_subjects, correction, alpha, n_boot, level, seed, schema
-        As :func:`fairvision.audits.model.audit_model` (``min_subjects`` applies to groups of subjects; vendor
-        pairs need at least 2 subjects to be compared; annotators are described with CIs, not tested).
+    max_k, schema
+        As :func:`fairvision.audits.model.audit_model`.
     source : str
         Name of the sample table in error messages.
 
@@ -295,16 +294,48 @@ def audit_agreement(
     -------
     AgreementAudit
     """
+    settings = settings or DEFAULT_SETTINGS
     if not 0 <= min_iou <= 1:
-        raise FairvisionError("--min-iou must be between 0 and 1")
+        raise ParameterError("min_iou", "must be between 0 and 1")
     coco = annotations.coco
     ex = annotations.extra
     annotators = sorted(ex["annotator"].unique())
     if len(annotators) < 2:
         raise FairvisionError(f"{coco.source}: agreement needs at least two annotators, found {len(annotators)}")
     pairs = match_annotations(annotations, min_iou=min_iou)
-    # categorical attributes: Jaccard of the matched pairs' label sets
     names = sorted({k for d in ex["attributes"] for k in d})
+    _add_jaccard(pairs, ex, names)
+    measures = [m for m in (*MEASURES, *(f"jaccard.{n}" for n in names)) if pairs[m].notna().any()]
+    attrs = list(attributes)
+    pairs, subject_col = _join_samples(pairs, coco, data, sample_id, subject_col, source, by_group=bool(attrs))
+    res = AgreementAudit(measures=measures, attributes=[a if isinstance(a, str) else a.name for a in attrs],
+                         annotators=annotators, vendors=sorted(ex["vendor"].unique()), min_iou=min_iou,
+                         correction=settings.correction, alpha_level=settings.alpha,
+                         n_images=int(coco.images["image_id"].nunique()), n_annotations=len(ex))
+    res.by_pair = _by_pair(pairs, measures)
+    matched = pairs[pairs["matched"]]
+    if len(matched) and measures:
+        use = [m for m in measures if matched[m].notna().any()]
+        # descriptive only: a match belongs to both of its annotators, so annotators' sets of matches overlap
+        # and a test between them would compare groups that share observations
+        res.by_annotator = _annotator_means(matched, use, subject_col, settings)
+        if len(res.vendors) > 1:
+            res.by_vendor = audit_model(matched, use, ["vendor_pair"], settings=settings.replace(min_subjects=2),
+                                        subject_col=subject_col, max_k=1, source=source)
+        if attrs:
+            res.by_group = audit_model(matched, use, attrs, settings=settings, subject_col=subject_col, max_k=max_k,
+                                       schema=schema, source=source)
+    # pairwise tests of vendor pairs and of groups: one family across every measure and attribute set, so a
+    # pair is significant only if it survives the audit-wide correction
+    correct_across([res.by_vendor, res.by_group], settings.correction, settings.alpha)
+    res.alpha = _alpha_table(pairs, ex, coco.annotations["image_id"].to_numpy(), names, subject_col, settings)
+    res.pairs = pairs.drop(columns=["_subject"]) if "_subject" in pairs.columns else pairs
+    return res
+
+
+def _add_jaccard(pairs: pd.DataFrame, ex: pd.DataFrame, names: list[str]) -> None:
+    """Add ``jaccard.<attribute>``: the Jaccard index of the label sets of each matched pair (NaN where either
+    annotation has no value)."""
     mt = pairs["matched"].to_numpy(bool)
     for name in names:
         vals = ex["attributes"].map(lambda d: d.get(name)).to_numpy(dtype=object)
@@ -316,34 +347,36 @@ def audit_agreement(
             jj = jaccard(ind[ia], ind[ib])
             j[np.flatnonzero(mt)] = np.where(both, jj, np.nan)
         pairs[f"jaccard.{name}"] = j
-    measures = [m for m in (*MEASURES, *(f"jaccard.{n}" for n in names)) if pairs[m].notna().any()]
-    # join images to samples, subjects and groups
+
+
+def _join_samples(pairs: pd.DataFrame, coco: CocoDataset, data: pd.DataFrame | None, sample_id: str,
+                  subject_col: str | None, source: str, *, by_group: bool) -> tuple[pd.DataFrame, str]:
+    """Join the matches to their samples, subjects and groups, and add ``vendor_pair``; returns the pairs and
+    the subject column (``_subject``, every image its own subject, when there is none)."""
     ids = image_sample_ids(coco, sample_id)
     pairs[SAMPLE_ID] = pd.Series(ids.to_numpy(), index=coco.images["image_id"].to_numpy()).reindex(pairs["image_id"]).to_numpy()
-    attrs = list(attributes)
     if data is not None:
-        if SAMPLE_ID not in data.columns:
-            raise ColumnError(f"{source}: no {SAMPLE_ID!r} column to join the annotations on")
+        require_columns(data, [SAMPLE_ID], source=source, why=" to join the annotations on")
         s = data.drop_duplicates(SAMPLE_ID)
         s = s.set_index(s[SAMPLE_ID].astype(str)).drop(columns=[SAMPLE_ID])
         extra = s.reindex(pairs[SAMPLE_ID]).reset_index(drop=True)
         pairs = pd.concat([pairs, extra.drop(columns=[c for c in extra.columns if c in pairs.columns])], axis=1)
-    elif attrs:
-        raise FairvisionError("agreement by group needs a sample table (--samples)")
+    elif by_group:
+        raise FairvisionError("agreement by group needs a sample table (data)")
     if subject_col is None or subject_col not in pairs.columns:
         if subject_col not in (None, SUBJECT_ID):
-            raise ColumnError(f"{source}: no subject column {subject_col!r}")
+            require_columns(pairs, [subject_col], source=source, what="subject column")
         subject_col = "_subject"
         pairs[subject_col] = pairs[SAMPLE_ID].astype(str)
     pairs[subject_col] = pairs[subject_col].where(pairs[subject_col].notna(), pairs[SAMPLE_ID].astype(str))
     pairs["vendor_pair"] = [va if va == vb else " | ".join(sorted((str(va), str(vb))))
                             for va, vb in zip(pairs["vendor_a"], pairs["vendor_b"].fillna(pairs["vendor_a"]))]
-    res = AgreementAudit(measures=measures, attributes=[a if isinstance(a, str) else a.name for a in attrs],
-                         annotators=annotators, vendors=sorted(ex["vendor"].unique()), min_iou=min_iou,
-                         correction=correction, alpha_level=alpha, n_images=int(coco.images["image_id"].nunique()),
-                         n_annotations=len(ex))
-    # by annotator pair
-    # unmatched annotations are listed from each side: fold (a, b) and (b, a) together
+    return pairs, subject_col
+
+
+def _by_pair(pairs: pd.DataFrame, measures: list[str]) -> pd.DataFrame:
+    """Per annotator pair: matches, unmatched annotations, match rate and the mean of every measure (unmatched
+    annotations are listed from each side: (a, b) and (b, a) are folded together)."""
     key = pd.DataFrame(np.sort(pairs[["annotator_a", "annotator_b"]].to_numpy(str), axis=1),
                        columns=["annotator_a", "annotator_b"])
     key["n_matched"] = pairs["matched"].to_numpy(int)
@@ -352,29 +385,11 @@ def audit_agreement(
     by_pair["match_rate"] = 2 * by_pair["n_matched"] / (2 * by_pair["n_matched"] + by_pair["n_unmatched"])
     matched = pairs[pairs["matched"]]
     means = matched.groupby(["annotator_a", "annotator_b"], sort=True)[measures].mean()
-    res.by_pair = by_pair.join(means).reset_index()
-    if len(matched) and measures:
-        kw = dict(max_k=1, correction=correction, alpha=alpha, n_boot=n_boot, level=level, seed=seed, source=source)
-        use = [m for m in measures if matched[m].notna().any()]
-        # descriptive only: a match belongs to both of its annotators, so annotators' sets of matches overlap
-        # and a test between them would compare groups that share observations
-        res.by_annotator = _annotator_means(matched, use, subject_col, n_boot=n_boot, level=level, seed=seed)
-        if len(res.vendors) > 1:
-            res.by_vendor = audit_model(matched, use, ["vendor_pair"], subject_col=subject_col, min_subjects=2, **kw)
-        if attrs:
-            kw["max_k"] = max_k
-            res.by_group = audit_model(matched, use, attrs, subject_col=subject_col, min_subjects=min_subjects,
-                                       schema=schema, **kw)
-    # pairwise tests of vendor pairs and of groups: one family across every measure and attribute set, so a
-    # pair is significant only if it survives the audit-wide correction
-    correct_across([res.by_vendor, res.by_group], correction, alpha)
-    res.alpha = _alpha_table(pairs, ex, coco.annotations["image_id"].to_numpy(), names, subject_col, n_boot, level, seed)
-    res.pairs = pairs.drop(columns=["_subject"]) if "_subject" in pairs.columns else pairs
-    return res
+    return by_pair.join(means).reset_index()
 
 
-def _annotator_means(matched: pd.DataFrame, measures: list[str], subject_col: str, *, n_boot: int, level: float,
-                     seed) -> pd.DataFrame:
+def _annotator_means(matched: pd.DataFrame, measures: list[str], subject_col: str,
+                     settings: AuditSettings) -> pd.DataFrame:
     """Mean agreement of each annotator with the others, every match counted for both of its annotators, with
     subject-bootstrap percentile CIs (one set of subject draws for every annotator and measure). Descriptive:
     no tests, since two annotators' sets of matches share their common matches."""
@@ -384,7 +399,8 @@ def _annotator_means(matched: pd.DataFrame, measures: list[str], subject_col: st
         "subject": np.tile(matched[subject_col].astype(str).to_numpy(), 2)})
     codes, names = pd.factorize(long["annotator"], sort=True)
     subj, subjects = pd.factorize(long["subject"], sort=True)
-    weights = cluster_bootstrap_weights(len(subjects), n_boot, seed) if n_boot > 0 else None
+    n_boot, level = settings.n_boot, settings.level
+    weights = cluster_bootstrap_weights(len(subjects), n_boot, settings.seed) if n_boot > 0 else None
     rows = []
     for m in measures:
         v = np.tile(matched[m].to_numpy(float), 2)
@@ -403,7 +419,7 @@ def _annotator_means(matched: pd.DataFrame, measures: list[str], subject_col: st
 
 
 def _alpha_table(pairs: pd.DataFrame, ex: pd.DataFrame, image_ids: np.ndarray, names: list[str], subject_col: str,
-                 n_boot: int, level: float, seed) -> pd.DataFrame:
+                 settings: AuditSettings) -> pd.DataFrame:
     """Krippendorff's alpha per attribute: units are the connected components of the matched annotations.
 
     A chain of matches can join two annotations of one annotator into one unit (A1-B1-C1-A2): such a unit has
@@ -412,6 +428,7 @@ def _alpha_table(pairs: pd.DataFrame, ex: pd.DataFrame, image_ids: np.ndarray, n
             "n_units_dropped"]
     if not names:
         return pd.DataFrame(columns=cols)
+    level = settings.level
     mt = pairs[pairs["matched"]]
     n = len(ex)
     graph = sparse.coo_matrix((np.ones(len(mt)), (mt["ann_a"].to_numpy(int), mt["ann_b"].to_numpy(int))), shape=(n, n))
@@ -434,8 +451,8 @@ def _alpha_table(pairs: pd.DataFrame, ex: pd.DataFrame, image_ids: np.ndarray, n
                              "ci_high": np.nan, "level": level, "n_units": 0, "n_values": 0, "n_coders": 0,
                              "n_units_dropped": len(bad)})
                 continue
-            r = krippendorff_alpha(table.to_numpy(dtype=object), "nominal", n_boot=n_boot, level=level, seed=seed,
-                                   clusters=clusters)
+            r = krippendorff_alpha(table.to_numpy(dtype=object), "nominal", n_boot=settings.n_boot, level=level,
+                                   seed=settings.seed, clusters=clusters)
             rows.append({"attribute": name, "vendor": vendor, "estimate": r.estimate, "ci_low": r.ci_low,
                          "ci_high": r.ci_high, "level": level, "n_units": r.n_units, "n_values": r.n_values,
                          "n_coders": table.shape[1], "n_units_dropped": len(bad)})

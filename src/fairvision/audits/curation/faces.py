@@ -17,11 +17,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.engine import imap
-from fairvision.errors import ColumnError, FairvisionError
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.io.atomic import atomic_output_dir
 from fairvision.io.images import read_image, write_png
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+from fairvision.io.validate import require_columns
 from fairvision.vision.face_crops import ALIGN_METHODS, align_face, crop_face, ffhq_quad, find_faces
 
 #: Landmark table columns (pixels of the original image; "left"/"right" by image side).
@@ -68,8 +70,7 @@ def _finite(values) -> bool:
 def given_faces(landmarks: pd.DataFrame) -> dict[str, list[dict]]:
     """Faces per sample id from a landmark table (docs/METHODS.md §13.6): ``sample_id``, optional ``face``,
     optional box columns ``box_x0..box_y1`` and point columns ``left_eye_x, left_eye_y, ..., right_mouth_y``."""
-    if SAMPLE_ID not in landmarks.columns:
-        raise ColumnError(f"the landmark table needs a {SAMPLE_ID} column; columns are {', '.join(landmarks.columns)}")
+    require_columns(landmarks, [SAMPLE_ID], source="landmark table")
     has_box = all(c in landmarks.columns for c in BOX_COLUMNS)
     has_pts = [c for c in POINT_COLUMNS if c in landmarks.columns]
     if not has_box and len(has_pts) < 4:
@@ -168,10 +169,9 @@ def derive_face_sets(
     size: int = 512,
     scale: float = 2.0,
     method: str = "eye-mouth",
-    workers: int = 1,
-    engine: str = "local",
-    address: str | None = None,
+    settings: AuditSettings | None = None,
     progress: Callable[[int, int], None] | None = None,
+    source: str = "samples",
 ) -> FaceSetsResult:
     """Write the cropped-only and cropped-and-aligned face sets of a table of images (docs/METHODS.md §13.6).
 
@@ -191,10 +191,12 @@ def derive_face_sets(
         Enlargement of the face box for the cropped-only set (2).
     method : {"eye-mouth", "ffhq", "eyes"}
         Alignment (:func:`fairvision.vision.face_crops.align_face`).
-    workers, engine, address
-        Per-image work on :func:`fairvision.engine.imap`.
+    settings : AuditSettings, optional
+        Uses ``workers``, ``engine`` and ``address``: the per-image work runs on :func:`fairvision.engine.imap`.
     progress : callable, optional
         ``progress(done, total)`` after each image.
+    source : str
+        Name of the table in error messages.
 
     Returns
     -------
@@ -204,15 +206,14 @@ def derive_face_sets(
         crop rectangle, ``aligned_path`` (None when skipped), ``skipped`` (the reason), the affine matrix
         ``m00..m12`` and the eyes' output coordinates); ``failures``: images that could not be read.
     """
+    settings = settings or DEFAULT_SETTINGS
     if method not in ALIGN_METHODS:
-        raise FairvisionError(f"unknown alignment method {method!r}; use one of {', '.join(ALIGN_METHODS)}")
+        raise ParameterError("method", f"must be one of {', '.join(ALIGN_METHODS)}, not {method!r}")
     if not scale > 0:
-        raise FairvisionError(f"--scale must be positive, got {scale}")
+        raise ParameterError("scale", f"must be positive, got {scale}")
     if int(size) < 8:
-        raise FairvisionError(f"--size must be at least 8, got {size}")
-    for col in (SAMPLE_ID, IMAGE_PATH):
-        if col not in data.columns:
-            raise ColumnError(f"the sample table needs a {col} column")
+        raise ParameterError("size", f"must be at least 8, got {size}")
+    require_columns(data, (SAMPLE_ID, IMAGE_PATH), source=source)
     given = given_faces(landmarks) if landmarks is not None else {}
     outdir = Path(outdir)
     with atomic_output_dir(outdir) as stage:
@@ -222,8 +223,8 @@ def derive_face_sets(
                  for s, p in zip(data[SAMPLE_ID], data[IMAGE_PATH])]
         rows, fails = [], []
         total = len(items)
-        for done, o in enumerate(imap(faces_of_image, items, workers=workers, engine=engine, address=address,
-                                      ordered=True), 1):
+        for done, o in enumerate(imap(faces_of_image, items, workers=settings.workers, engine=settings.engine,
+                                      address=settings.address, ordered=True), 1):
             if o.ok:
                 rows.extend(o.value)
             else:

@@ -16,9 +16,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.model import significance_summary, top_pair
 from fairvision.groups import SEP
 from fairvision.stats.corrections import adjust_pvalues
+from fairvision.stats.pairwise import significance_summary, top_disparity_row
 
 
 def correct_across(models: Iterable, correction: str, alpha: float) -> int:
@@ -73,7 +73,7 @@ def _refresh(model) -> None:
             n, d = significance_summary(pw)
             n_sig.append(n)
             disp.append(d)
-            top = top_pair(r["metric"], r["intersection"], len(str(r["intersection"]).split(SEP)), pw)
+            top = top_disparity_row(r["metric"], r["intersection"], len(str(r["intersection"]).split(SEP)), pw)
             if top is not None:
                 tops.append(top)
         summ["n_significant"] = n_sig

@@ -4,8 +4,8 @@
 images below a resolution floor, exact duplicates (same SHA-256 of the bytes), near duplicates (DCT perceptual
 hashes within a Hamming distance, :func:`fairvision.stats.hamming.near_duplicate_pairs`), duplicates across
 splits (train vs test), and files carrying EXIF, GPS, XMP or comments. :func:`strip_metadata` writes copies
-without that metadata: JPEG and PNG byte-wise (segments and chunks are dropped, the compressed pixels are copied
-unchanged), other formats by decoding and writing again.
+without that metadata: JPEG and PNG byte-wise (:mod:`fairvision.io.metadata`: segments and chunks are dropped,
+the compressed pixels are copied unchanged), other formats by decoding and writing again.
 
 The per-image results (decoding, size, perceptual hash, metadata flags) are kept in the results store (stage
 ``image_qa``) under the file's SHA-256 and a hash of this code, the Pillow version and the package version, so a
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,12 +25,15 @@ import numpy as np
 import pandas as pd
 
 from fairvision import __version__
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.engine import imap
 from fairvision.engine.cache import content_key, source_signature
-from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.metadata import PNG_SIGNATURE, strip_jpeg, strip_png
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+from fairvision.io.validate import require_columns
 from fairvision.stats.hamming import near_duplicate_pairs
 from fairvision.vision.phash import hash_hex, inspect_image_file, reencode_without_metadata
 
@@ -42,14 +43,6 @@ DEFAULT_MIN_SIDE = 256
 #: Default near-duplicate threshold (bits of 64): a re-encoded (JPEG q70) and resized copy of a portrait is at
 #: distance 0-2, distinct photos of the bundled 602 portraits and faces at 12 or more (docs/METHODS.md §13.7).
 DEFAULT_HAMMING = 6
-
-#: JPEG markers kept by the byte-wise strip: APP0 (JFIF), APP2 only when it holds an ICC profile, APP14 (Adobe
-#: colour transform); every other APPn (EXIF, XMP, IPTC, maker data) and COM are dropped.
-JPEG_APP0, JPEG_APP2, JPEG_APP14 = 0xE0, 0xE2, 0xEE
-#: PNG chunks dropped by the byte-wise strip (the rest, including iCCP, sRGB, gAMA, pHYs, are kept); an
-#: orientation other than 1 comes back as a one-tag eXIf chunk.
-PNG_DROP = {b"eXIf", b"tEXt", b"zTXt", b"iTXt", b"tIME"}
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 #: results-store stage of the per-image checks
 STAGE = "image_qa"
@@ -92,15 +85,14 @@ class QAResult:
 def audit_images(
     data: pd.DataFrame,
     *,
+    settings: AuditSettings | None = None,
     split_col: str | None = None,
     min_side: int = DEFAULT_MIN_SIDE,
     hamming: int = DEFAULT_HAMMING,
-    workers: int = 1,
-    engine: str = "local",
-    address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     store: ResultsStore | None = None,
     subject_col: str | None = "subject_id",
+    source: str = "samples",
 ) -> QAResult:
     """Check every image of a table (docs/METHODS.md §13.7).
 
@@ -108,6 +100,8 @@ def audit_images(
     ----------
     data : pandas.DataFrame
         ``sample_id`` and ``image_path``; ``split_col`` when given.
+    settings : AuditSettings, optional
+        Uses ``workers``, ``engine`` and ``address``: the per-image work runs on :func:`fairvision.engine.imap`.
     split_col : str, optional
         Column of the split (``train``/``test``...): near duplicates whose members are in different splits are
         counted as cross-split duplicates (a test image whose twin is in the training set).
@@ -115,8 +109,6 @@ def audit_images(
         Resolution floor: images whose shorter side is below it are flagged (256).
     hamming : int
         Largest Hamming distance between perceptual hashes counted as a near duplicate (6 of 64 bits).
-    workers, engine, address
-        Per-image work on :func:`fairvision.engine.imap`.
     progress : callable, optional
         ``progress(done, total)`` (images found in the store count at once).
     store : ResultsStore, optional
@@ -125,6 +117,8 @@ def audit_images(
         store. Files that cannot be read are never stored.
     subject_col : str, optional
         Subject column of ``data``, recorded with the stored rows (``fairvision store forget --subject``).
+    source : str
+        Name of the table in error messages.
 
     Returns
     -------
@@ -134,21 +128,34 @@ def audit_images(
         ``near_duplicate``); ``exact_duplicates``: groups of identical files; ``near_duplicates``: pairs
         (``sample_id_a``, ``sample_id_b``, ``distance``, ``exact``, splits and ``cross_split``).
     """
-    for col in (SAMPLE_ID, IMAGE_PATH):
-        if col not in data.columns:
-            raise ColumnError(f"the sample table needs a {col} column")
-    if split_col is not None and split_col not in data.columns:
-        raise ColumnError(f"no split column {split_col!r}; columns are {', '.join(map(str, data.columns))}")
+    settings = settings or DEFAULT_SETTINGS
+    require_columns(data, (SAMPLE_ID, IMAGE_PATH), source=source)
+    if split_col is not None:
+        require_columns(data, [split_col], source=source, what="split column")
     if int(min_side) < 1:
-        raise FairvisionError(f"--min-side must be at least 1, got {min_side}")
+        raise ParameterError("min_side", f"must be at least 1, got {min_side}")
     if not 0 <= int(hamming) <= 32:
-        raise FairvisionError(f"--hamming must be between 0 and 32 bits, got {hamming}")
+        raise ParameterError("hamming", f"must be between 0 and 32 bits, got {hamming}")
     paths = [None if p is None or p != p else str(p) for p in data[IMAGE_PATH]]
+    subjects = data[subject_col].tolist() if subject_col is not None and subject_col in data.columns else None
+    rows, n_cached = _check_files(data[SAMPLE_ID].astype(str).tolist(), paths, subjects, settings, store, progress)
+    im = _image_table(data, rows, paths, split_col, int(min_side))
+    sha = im["sha256"] if "sha256" in im else pd.Series([None] * len(im))
+    exact = _exact_duplicates(im, sha, split_col)
+    near = _near_duplicates(im, sha, paths, int(hamming), split_col)
+    if "phash" in im:
+        im["phash"] = [hash_hex(v) if v is not None and v == v else None for v in im["phash"]]
+    params = {"min_side": int(min_side), "hamming": int(hamming), "split_col": split_col}
+    return QAResult(im, exact, near, params, n_from_cache=n_cached)
+
+
+def _check_files(ids: list[str], paths: list[str | None], subjects: list | None, settings: AuditSettings,
+                 store: ResultsStore | None, progress) -> tuple[list[dict], int]:
+    """The per-image checks (:func:`fairvision.vision.phash.inspect_image_file`) of every path, read from the
+    store where it has them; returns them, in order, and how many came from the store."""
     rows: list[dict | None] = [None] * len(paths)
     todo = [(i, p) for i, p in enumerate(paths) if p is not None]
     total = len(todo)
-    ids = data[SAMPLE_ID].astype(str).tolist()
-    subjects = data[subject_col].tolist() if subject_col is not None and subject_col in data.columns else None
     keys: dict[int, str] = {}
     contents: dict[int, str] = {}
     phash = qa_params_hash() if store is not None else None
@@ -174,8 +181,8 @@ def audit_images(
         if progress is not None and n_cached:
             progress(n_cached, total)
     try:
-        for done, o in enumerate(imap(inspect_image_file, [p for _, p in todo], workers=workers, engine=engine,
-                                      address=address, ordered=False), n_cached + 1):
+        for done, o in enumerate(imap(inspect_image_file, [p for _, p in todo], workers=settings.workers,
+                                      engine=settings.engine, address=settings.address, ordered=False), n_cached + 1):
             i = todo[o.index][0]
             rows[i] = o.value if o.ok else {"readable": False, "error": str(o.failure)}
             # only results of the bytes themselves: a file that vanished or cannot be opened is not stored
@@ -187,7 +194,12 @@ def audit_images(
     finally:
         if store is not None:
             store.flush()  # what finished is kept, also when interrupted
-    rows = [r if r is not None else {"readable": False, "error": "no image path"} for r in rows]
+    return [r if r is not None else {"readable": False, "error": "no image path"} for r in rows], n_cached
+
+
+def _image_table(data: pd.DataFrame, rows: list[dict], paths: list[str | None], split_col: str | None,
+                 min_side: int) -> pd.DataFrame:
+    """One row per image: the checks, with whole-number sizes, boolean flags and ``low_resolution``."""
     im = pd.DataFrame(rows)
     im.insert(0, SAMPLE_ID, data[SAMPLE_ID].astype(str).to_numpy())
     im.insert(1, IMAGE_PATH, paths)
@@ -203,22 +215,28 @@ def audit_images(
     for c in ("width", "height", "n_bytes"):  # whole numbers also when some file is unreadable (nullable ints)
         im[c] = pd.to_numeric(im[c], errors="coerce").astype("Int64")
     short = np.fmin(im["width"].astype("float64"), im["height"].astype("float64"))
-    im["low_resolution"] = (im["readable"] & (short < int(min_side))).fillna(False).astype(bool)
+    im["low_resolution"] = (im["readable"] & (short < min_side)).fillna(False).astype(bool)
     im["has_metadata"] = im["has_exif"] | im["has_gps"] | im["has_xmp"] | im["has_comment"]
+    return im
 
-    # exact duplicates: the same bytes
-    sha = im["sha256"] if "sha256" in im else pd.Series([None] * len(im))
+
+def _exact_duplicates(im: pd.DataFrame, sha: pd.Series, split_col: str | None) -> pd.DataFrame:
+    """Groups of files with the same bytes; flags ``exact_duplicate`` in ``im``."""
     dup = sha.notna() & sha.map(sha.value_counts()).fillna(0).gt(1)
     im["exact_duplicate"] = dup.to_numpy()
     exact = im.loc[dup, [SAMPLE_ID, IMAGE_PATH, "sha256"] + (["split"] if split_col else [])].copy()
     exact["group"] = pd.factorize(exact["sha256"])[0] + 1 if len(exact) else []
-    exact = exact.sort_values(["group", SAMPLE_ID]).reset_index(drop=True)
+    return exact.sort_values(["group", SAMPLE_ID]).reset_index(drop=True)
 
-    # near duplicates: perceptual hashes within the threshold (identical files included, at distance 0)
+
+def _near_duplicates(im: pd.DataFrame, sha: pd.Series, paths: list[str | None], hamming: int,
+                     split_col: str | None) -> pd.DataFrame:
+    """Pairs of images whose perceptual hashes are within ``hamming`` bits (identical files included, at
+    distance 0); flags ``near_duplicate`` in ``im``."""
     ok = np.flatnonzero(im["readable"].to_numpy() & im["phash"].notna().to_numpy()) if "phash" in im else np.zeros(0, int)
     hashes = np.array([int(v) for v in im["phash"].iloc[ok]], dtype=np.uint64) if len(ok) else np.zeros(0, np.uint64)
     splits = im["split"].iloc[ok].to_numpy() if split_col is not None else None
-    pairs = near_duplicate_pairs(hashes, int(hamming), splits=splits)
+    pairs = near_duplicate_pairs(hashes, hamming, splits=splits)
     a, b = ok[pairs["i"].to_numpy()], ok[pairs["j"].to_numpy()]
     near = pd.DataFrame({"sample_id_a": im[SAMPLE_ID].to_numpy()[a], "sample_id_b": im[SAMPLE_ID].to_numpy()[b],
                          "distance": pairs["distance"].to_numpy(),
@@ -234,10 +252,7 @@ def audit_images(
     flagged[a] = True
     flagged[b] = True
     im["near_duplicate"] = flagged
-    if "phash" in im:
-        im["phash"] = [hash_hex(v) if v is not None and v == v else None for v in im["phash"]]
-    params = {"min_side": int(min_side), "hamming": int(hamming), "split_col": split_col}
-    return QAResult(im, exact, near, params, n_from_cache=n_cached)
+    return near
 
 
 def split_from_folder(data: pd.DataFrame, root: str | Path, split_col: str = "split") -> pd.DataFrame:
@@ -256,7 +271,7 @@ def split_from_folder(data: pd.DataFrame, root: str | Path, split_col: str = "sp
             parts = ()
         splits.append(parts[0] if len(parts) > 1 else None)
     if not any(s is not None for s in splits):
-        raise FairvisionError(f"{root}: --split-col {split_col}: no subfolders to take the split from (put the "
+        raise FairvisionError(f"{root}: split column {split_col!r}: no subfolders to take the split from (put the "
                               f"images in {root}/train/, {root}/test/ ..., or give a table with a {split_col} column)")
     out = data.copy()
     out[split_col] = pd.Series(splits, index=out.index, dtype=object)
@@ -298,112 +313,6 @@ def _from_stored(rec: dict) -> dict:
     if out.get("phash") is not None:
         out["phash"] = int(out["phash"], 16)
     return out
-
-
-def _orientation_tiff(orientation: int) -> bytes:
-    """A minimal EXIF (TIFF) block holding only the orientation tag (big-endian, one IFD entry)."""
-    return (b"MM\x00\x2a" + struct.pack(">I", 8) + struct.pack(">H", 1)
-            + struct.pack(">HHIHH", 0x0112, 3, 1, int(orientation), 0) + struct.pack(">I", 0))
-
-
-def _jpeg_orientation_app1(orientation: int) -> bytes:
-    """A minimal APP1 EXIF segment holding only the orientation tag."""
-    payload = b"Exif\x00\x00" + _orientation_tiff(orientation)
-    return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-
-
-def _png_orientation_exif(orientation: int) -> bytes:
-    """A PNG ``eXIf`` chunk holding only the orientation tag."""
-    body = _orientation_tiff(orientation)
-    return struct.pack(">I", len(body)) + b"eXIf" + body + struct.pack(">I", zlib.crc32(b"eXIf" + body) & 0xFFFFFFFF)
-
-
-def strip_jpeg(data: bytes, *, orientation: int = 1) -> bytes:
-    """A JPEG without EXIF, XMP, IPTC, maker segments or comments; the compressed pixels copied unchanged
-    (docs/METHODS.md §13.7). Kept: JFIF (APP0), an ICC profile (APP2 ``ICC_PROFILE``), Adobe (APP14), the
-    tables, frames and scans; bytes after the end-of-image marker are dropped. An orientation other than 1 is
-    kept as a one-tag EXIF segment, so the image still displays upright; it follows the JFIF APP0 segment when
-    there is one (JFIF requires APP0 right after the start of image), else the start of image."""
-    if data[:2] != b"\xff\xd8":
-        raise InputFileError("not a JPEG (no start-of-image marker)")
-    out = [b"\xff\xd8"]
-    pending = _jpeg_orientation_app1(orientation) if orientation not in (0, 1) else None
-    pos, n = 2, len(data)
-    while pos < n:
-        if data[pos] != 0xFF:
-            raise InputFileError(f"corrupt JPEG: no marker at byte {pos}")
-        while pos < n and data[pos] == 0xFF:  # fill bytes
-            pos += 1
-        if pos >= n:
-            break
-        marker = data[pos]
-        pos += 1
-        if marker == 0xD9:  # EOI
-            out.append(b"\xff\xd9")
-            return b"".join(out)
-        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
-            if pending is not None:
-                out.append(pending)
-                pending = None
-            out.append(bytes([0xFF, marker]))
-            continue
-        if pos + 2 > n:
-            raise InputFileError("corrupt JPEG: truncated segment")
-        length = struct.unpack(">H", data[pos:pos + 2])[0]
-        seg = data[pos - 2:pos + length]
-        body = data[pos + 2:pos + length]
-        keep = not (0xE0 <= marker <= 0xEF or marker == 0xFE)
-        keep |= marker == JPEG_APP0 or marker == JPEG_APP14 or (marker == JPEG_APP2 and body.startswith(b"ICC_PROFILE\x00"))
-        if keep:
-            if pending is not None and marker != JPEG_APP0:
-                out.append(pending)  # no JFIF segment first: the orientation right after the start of image
-                pending = None
-            out.append(seg)
-            if pending is not None:
-                out.append(pending)  # after the JFIF APP0 segment
-                pending = None
-        pos += length
-        if marker == 0xDA:  # start of scan: copy the entropy-coded data up to the next real marker
-            end = pos
-            while True:
-                end = data.find(b"\xff", end)
-                if end < 0 or end + 1 >= n:
-                    end = n
-                    break
-                nxt = data[end + 1]
-                if nxt == 0x00 or 0xD0 <= nxt <= 0xD7 or nxt == 0xFF:
-                    end += 1 if nxt == 0xFF else 2
-                    continue
-                break
-            out.append(data[pos:end])
-            pos = end
-    raise InputFileError("corrupt JPEG: no end-of-image marker")
-
-
-def strip_png(data: bytes, *, orientation: int = 1) -> bytes:
-    """A PNG without eXIf, tEXt, zTXt, iTXt and tIME chunks; every other chunk copied unchanged
-    (docs/METHODS.md §13.7). Bytes after IEND are dropped. An orientation other than 1 is kept as a one-tag
-    ``eXIf`` chunk right after IHDR (before the image data, as the PNG specification requires), as
-    :func:`strip_jpeg` does, so the image still displays upright."""
-    if not data.startswith(PNG_SIGNATURE):
-        raise InputFileError("not a PNG (no signature)")
-    out = [PNG_SIGNATURE]
-    pending = _png_orientation_exif(orientation) if orientation not in (0, 1) else None
-    pos = len(PNG_SIGNATURE)
-    while pos + 8 <= len(data):
-        length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
-        end = pos + 12 + length
-        if end > len(data):
-            raise InputFileError("corrupt PNG: truncated chunk")
-        if ctype not in PNG_DROP:
-            out.append(data[pos:end])
-        if pending is not None and ctype == b"IHDR":
-            out.append(pending)
-            pending = None
-        pos = end
-        if ctype == b"IEND":
-            return b"".join(out)
-    raise InputFileError("corrupt PNG: no IEND chunk")
 
 
 def strip_metadata(src: str | Path, dst: str | Path) -> str:

@@ -6,7 +6,8 @@
 * :func:`audit_confounder` - does a disparity survive stratification by a confounder
   (docs/METHODS.md §7.3).
 * :func:`audit_counterfactuals` - Thong et al. Table 4 with McNemar tests (docs/METHODS.md §7.4).
-* :func:`audit_colour_transect` - shift skin L* or h* inside the skin mask and verify the shift
+* :func:`audit_colour_transect` - shift skin L* or h* inside the skin mask
+  (:func:`fairvision.skin.transect.shift_region_colour`) and verify the shift
   (Thong et al. section 4.3, colorimetric; docs/METHODS.md §7.5).
 """
 
@@ -17,7 +18,7 @@ from fairvision.audits.diagnosis.counterfactual import (
     audit_colour_transect,
     audit_counterfactuals,
 )
-from fairvision.audits.diagnosis.error_model import ErrorModelResult, audit_error_model, elbow_point
+from fairvision.audits.diagnosis.error_model import ErrorModelOptions, ErrorModelResult, audit_error_model, elbow_point
 from fairvision.audits.diagnosis.patterns import (
     PatternResult,
     add_rule_attribute,
@@ -27,7 +28,7 @@ from fairvision.audits.diagnosis.patterns import (
 )
 
 __all__ = [
-    "ConfounderResult", "CounterfactualResult", "ErrorModelResult", "PatternResult", "TransectResult",
-    "add_rule_attribute", "audit_colour_transect", "audit_confounder", "audit_counterfactuals", "audit_error_model",
+    "ConfounderResult", "CounterfactualResult", "ErrorModelOptions", "ErrorModelResult", "PatternResult",
+    "TransectResult", "add_rule_attribute", "audit_colour_transect", "audit_confounder", "audit_counterfactuals", "audit_error_model",
     "audit_error_patterns", "elbow_point", "low_score_flags", "rule_mask", "strata_of",
 ]

@@ -30,14 +30,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
+from fairvision.io.validate import require_columns
 from fairvision.audits.diagnosis.patterns import bin_numeric, is_binned
-from fairvision.errors import ColumnError, FairvisionError
-from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.stratified import cmh_from_samples, cochran_mantel_haenszel, van_elteren
 
 
 @dataclass
-class ConfounderResult:
+class ConfounderResult(SettingsView):
     """Result of :func:`audit_confounder`.
 
     Attributes
@@ -54,6 +56,8 @@ class ConfounderResult:
         Indexed by ``(stratum, group)``: ``n``, ``n_subjects``, ``mean``, ``median``.
     survives : bool
         Some pair still differs significantly after stratification.
+    settings : AuditSettings
+        The options of the audit (``correction``, ``alpha``).
     """
 
     attribute: str
@@ -65,8 +69,7 @@ class ConfounderResult:
     stratified: pd.DataFrame
     within: pd.DataFrame
     cells: pd.DataFrame
-    alpha: float
-    correction: str
+    settings: AuditSettings
     min_count: int
     by_subject: bool
     strata_labels: list = field(default_factory=list)
@@ -125,11 +128,10 @@ def audit_confounder(
     groups: Sequence | None = None,
     n_bins: int = 3,
     edges: Sequence[float] | None = None,
-    correction: str = DEFAULT_CORRECTION,
-    alpha: float = 0.05,
     min_count: int = 10,
+    settings: AuditSettings | None = None,
 ) -> ConfounderResult:
-    """Compare the groups of ``attribute`` on ``score`` with and without stratifying by ``confounder``.
+    """Compare the groups of ``attribute`` on ``score`` with and without stratifying by ``confounder`` (docs/METHODS.md §7.3).
 
     Parameters
     ----------
@@ -149,38 +151,20 @@ def audit_confounder(
         Groups to compare (default: all, in category order).
     n_bins, edges :
         Stratification of a numeric confounder.
-    correction : {"holm", "bonferroni", "bh", "none"}
-        Multiple-comparison correction over the pairs (default
-        :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`; FHIBE used
-        ``"bonferroni"``).
-    alpha : float
-        Significance level applied to the adjusted p-values.
     min_count : int
         Smallest cell (subjects per group within a stratum) tested in ``within``
         (FHIBE keeps groups with at least 10 subjects).
+    settings : AuditSettings, optional
+        ``correction`` over the pairs (FHIBE used ``"bonferroni"``), and ``alpha`` applied to the adjusted
+        p-values.
 
     Returns
     -------
     ConfounderResult
     """
+    settings = settings or DEFAULT_SETTINGS
     src = str(data.attrs.get("source", "table"))
-    for col in (score, attribute, confounder):
-        if col not in data.columns:
-            raise ColumnError(f"{src}: no column {col!r}; columns are {', '.join(map(str, data.columns))}")
-    if attribute == confounder:
-        raise FairvisionError("the attribute and the confounder must be different columns")
-    y = pd.to_numeric(data[score], errors="coerce")
-    bad = data[score].notna() & y.isna()
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
-        raise ColumnError(f"{src}: row {row}: score column {score!r} is not a number: {data[score].iloc[row - 1]!r}")
-    vals = y.dropna().unique()
-    if outcome == "auto":
-        outcome = "binary" if len(vals) <= 2 and set(np.asarray(vals, float)) <= {0.0, 1.0} else "continuous"
-    if outcome not in ("binary", "continuous"):
-        raise FairvisionError(f"unknown outcome {outcome!r}; use auto, continuous or binary")
-    if outcome == "binary" and not set(np.asarray(vals, float)) <= {0.0, 1.0}:
-        raise ColumnError(f"{src}: score column {score!r} is not binary (0/1)")
+    y, outcome = _scores(data, score, attribute, confounder, outcome, src)
     strata = strata_of(data[confounder], n_bins=n_bins, edges=edges)
     attr = data[attribute]
     ok = y.notna().to_numpy() & attr.notna().to_numpy() & strata.notna().to_numpy()
@@ -209,48 +193,87 @@ def audit_confounder(
     over, strat, within = [], [], []
     for a, b in pairs:
         ua, ub = unit[unit["g"] == a], unit[unit["g"] == b]
-        if outcome == "continuous":
-            if len(ua) and len(ub):
-                mw = _st.mannwhitneyu(ua["y"], ub["y"], alternative="two-sided")
-                over.append((a, b, len(ua), len(ub), float(mw.statistic), float(mw.pvalue), float(mw.statistic) / (len(ua) * len(ub))))
-            ve = van_elteren(ua["y"], ub["y"], ua["s"], ub["s"])
-            strat.append((a, b, len(ua), len(ub), ve.statistic, ve.pvalue, ve.auc, np.nan, np.nan, ve.n_strata))
-        else:
-            sub = unit[unit["g"].isin([a, b])]
-            pooled = cmh_from_samples(sub["y"], sub["g"], np.zeros(len(sub)), x=a, y=b)
-            over.append((a, b, len(ua), len(ub), pooled.statistic, pooled.pvalue, pooled.odds_ratio))
-            cm = cmh_from_samples(sub["y"], sub["g"], sub["s"], x=a, y=b)
-            strat.append((a, b, len(ua), len(ub), cm.statistic, cm.pvalue, cm.odds_ratio, cm.ci_low, cm.ci_high, cm.n_strata))
-        for s in strata_labels:
-            xa, xb = ua[ua["s"] == s], ub[ub["s"] == s]
-            sa, sb = xa["subj"].nunique(), xb["subj"].nunique()
-            small = sa < min_count or sb < min_count
-            if small:
-                within.append((s, a, b, len(xa), len(xb), np.nan, np.nan, np.nan, True))
-            elif outcome == "continuous":
-                mw = _st.mannwhitneyu(xa["y"], xb["y"], alternative="two-sided")
-                within.append((s, a, b, len(xa), len(xb), float(mw.statistic), float(mw.pvalue),
-                               float(mw.statistic) / (len(xa) * len(xb)), False))
-            else:
-                t = [[xa["y"].sum(), len(xa) - xa["y"].sum()], [xb["y"].sum(), len(xb) - xb["y"].sum()]]
-                cm = cochran_mantel_haenszel(np.asarray(t, float))
-                within.append((s, a, b, len(xa), len(xb), cm.statistic, cm.pvalue, cm.odds_ratio, False))
-
-    def finish(rows, cols, index):
-        df = pd.DataFrame(rows, columns=cols)
-        df["pvalue_adjusted"] = adjust_pvalues(df["pvalue"].to_numpy(dtype=float), correction) if len(df) else []
-        df["significant"] = df["pvalue_adjusted"].to_numpy(dtype=float) < alpha
-        return df.set_index(index)
+        pooled, stratified = _pair_tests(unit, ua, ub, a, b, outcome)
+        over.extend(pooled)
+        strat.append(stratified)
+        within.extend(_within_strata_tests(ua, ub, a, b, strata_labels, outcome, min_count))
 
     base = ["group_a", "group_b", "n_a", "n_b", "statistic", "pvalue", "effect"]
-    overall = finish(over, base, ["group_a", "group_b"])
-    stratified = finish(strat, base + ["ci_low", "ci_high", "n_strata"], ["group_a", "group_b"])
-    within_df = finish(within, ["stratum"] + base + ["too_small"], ["stratum", "group_a", "group_b"])
+    overall = _corrected(over, base, ["group_a", "group_b"], settings)
+    stratified = _corrected(strat, base + ["ci_low", "ci_high", "n_strata"], ["group_a", "group_b"], settings)
+    within_df = _corrected(within, ["stratum"] + base + ["too_small"], ["stratum", "group_a", "group_b"], settings)
     return ConfounderResult(
         attribute=attribute, confounder=confounder, score=score, outcome=outcome, test=test, overall=overall,
-        stratified=stratified, within=within_df, cells=cells, alpha=alpha, correction=correction,
+        stratified=stratified, within=within_df, cells=cells, settings=settings,
         min_count=min_count, by_subject=by_subject and outcome == "continuous", strata_labels=strata_labels,
     )
+
+
+def _scores(data: pd.DataFrame, score: str, attribute: str, confounder: str, outcome: str,
+            src: str) -> tuple[pd.Series, str]:
+    """The score column as numbers, and the outcome type (``auto`` resolved), after checking the columns."""
+    for col in (score, attribute, confounder):
+        require_columns(data, [col], source=src)
+    if attribute == confounder:
+        raise FairvisionError("the attribute and the confounder must be different columns")
+    y = pd.to_numeric(data[score], errors="coerce")
+    bad = data[score].notna() & y.isna()
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
+        raise ColumnError(f"{src}: row {row}: score column {score!r} is not a number: {data[score].iloc[row - 1]!r}")
+    vals = y.dropna().unique()
+    if outcome == "auto":
+        outcome = "binary" if len(vals) <= 2 and set(np.asarray(vals, float)) <= {0.0, 1.0} else "continuous"
+    if outcome not in ("binary", "continuous"):
+        raise ParameterError("outcome", f"must be auto, continuous or binary, not {outcome!r}")
+    if outcome == "binary" and not set(np.asarray(vals, float)) <= {0.0, 1.0}:
+        raise ColumnError(f"{src}: score column {score!r} is not binary (0/1)")
+    return y, outcome
+
+
+def _pair_tests(unit: pd.DataFrame, ua: pd.DataFrame, ub: pd.DataFrame, a, b, outcome: str) -> tuple[list, tuple]:
+    """The ``overall`` rows (none when a group is empty) and the ``stratified`` row of one pair of groups."""
+    over = []
+    if outcome == "continuous":
+        if len(ua) and len(ub):
+            mw = _st.mannwhitneyu(ua["y"], ub["y"], alternative="two-sided")
+            over.append((a, b, len(ua), len(ub), float(mw.statistic), float(mw.pvalue), float(mw.statistic) / (len(ua) * len(ub))))
+        ve = van_elteren(ua["y"], ub["y"], ua["s"], ub["s"])
+        return over, (a, b, len(ua), len(ub), ve.statistic, ve.pvalue, ve.auc, np.nan, np.nan, ve.n_strata)
+    sub = unit[unit["g"].isin([a, b])]
+    pooled = cmh_from_samples(sub["y"], sub["g"], np.zeros(len(sub)), x=a, y=b)
+    over.append((a, b, len(ua), len(ub), pooled.statistic, pooled.pvalue, pooled.odds_ratio))
+    cm = cmh_from_samples(sub["y"], sub["g"], sub["s"], x=a, y=b)
+    return over, (a, b, len(ua), len(ub), cm.statistic, cm.pvalue, cm.odds_ratio, cm.ci_low, cm.ci_high, cm.n_strata)
+
+
+def _within_strata_tests(ua: pd.DataFrame, ub: pd.DataFrame, a, b, strata_labels: list, outcome: str,
+                         min_count: int) -> list[tuple]:
+    """The ``within`` rows of one pair of groups: the unstratified test inside every stratum, or too small."""
+    within = []
+    for s in strata_labels:
+        xa, xb = ua[ua["s"] == s], ub[ub["s"] == s]
+        sa, sb = xa["subj"].nunique(), xb["subj"].nunique()
+        small = sa < min_count or sb < min_count
+        if small:
+            within.append((s, a, b, len(xa), len(xb), np.nan, np.nan, np.nan, True))
+        elif outcome == "continuous":
+            mw = _st.mannwhitneyu(xa["y"], xb["y"], alternative="two-sided")
+            within.append((s, a, b, len(xa), len(xb), float(mw.statistic), float(mw.pvalue),
+                           float(mw.statistic) / (len(xa) * len(xb)), False))
+        else:
+            t = [[xa["y"].sum(), len(xa) - xa["y"].sum()], [xb["y"].sum(), len(xb) - xb["y"].sum()]]
+            cm = cochran_mantel_haenszel(np.asarray(t, float))
+            within.append((s, a, b, len(xa), len(xb), cm.statistic, cm.pvalue, cm.odds_ratio, False))
+    return within
+
+
+def _corrected(rows: list, cols: list[str], index: list[str], settings: AuditSettings) -> pd.DataFrame:
+    """A table of tests with ``pvalue_adjusted`` (corrected over its rows) and ``significant``."""
+    df = pd.DataFrame(rows, columns=cols)
+    df["pvalue_adjusted"] = adjust_pvalues(df["pvalue"].to_numpy(dtype=float), settings.correction) if len(df) else []
+    df["significant"] = df["pvalue_adjusted"].to_numpy(dtype=float) < settings.alpha
+    return df.set_index(index)
 
 
 def _order_key(label) -> float:

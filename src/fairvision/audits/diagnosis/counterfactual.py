@@ -12,14 +12,11 @@ Two parts:
     docs/METHODS.md §7.4).
 
 (b) :func:`audit_colour_transect` - a built-in colorimetric transect that needs no
-    GAN: inside the skin mask only, shift CIELAB L* by ``delta`` or rotate the
-    hue angle h* by ``delta`` degrees at constant L* and chroma, map colours
-    that leave the sRGB gamut back by reducing chroma at constant L* and h*,
-    quantise to uint8, and *measure* the result: the region's mean L* and the
-    hue of its mean (a*, b*) are recomputed from the uint8 output, the shift is
-    corrected iteratively until it matches the request, and the other axis is
-    reported so a user can check it stayed put. Pixels outside the mask are
-    copied unchanged (docs/METHODS.md §7.5).
+    GAN: the skin region's L* is shifted or its hue angle h* rotated inside the
+    skin mask only (:func:`fairvision.skin.transect.shift_region_colour`), and
+    the shift is checked on the uint8 result: the requested axis moved by the
+    requested amount, the other axis stayed within tolerance, and pixels outside
+    the mask are unchanged (docs/METHODS.md §7.5).
 """
 
 from __future__ import annotations
@@ -30,19 +27,25 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.errors import ColumnError, FairvisionError
-from fairvision.skin.colour import lab_to_srgb, srgb_to_lab
 from fairvision.skin.estimators import estimate
-from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.skin.transect import RegionShift, shift_region_colour, wrap_degrees
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.stratified import mcnemar
 
 DEFAULT_VARIANTS = ("original", "reconstructed", "+light", "+dark", "+red", "+yellow")
 #: Thong et al.'s manipulations as transect settings: (axis, sign). Redder = lower hue angle.
 VARIANT_AXES = {"+light": ("L", 1.0), "+dark": ("L", -1.0), "+red": ("h", -1.0), "+yellow": ("h", 1.0)}
+#: spellings of a correctness flag
+_CORRECT_VALUES = {True: True, False: False, 1: True, 0: False, "true": True, "false": False,
+                   "True": True, "False": False, "1": True, "0": False}
+_TEST_COLUMNS = ["model", "variant", "class", "n_pairs", "acc_reference", "acc_variant", "change", "b", "c",
+                 "statistic", "pvalue", "method"]
 
 
 @dataclass
-class CounterfactualResult:
+class CounterfactualResult(SettingsView):
     """Accuracy per variant and class, and paired tests against the reference variant.
 
     Attributes
@@ -58,6 +61,8 @@ class CounterfactualResult:
         (percentage points), ``b`` (right on reference, wrong on variant),
         ``c`` (the reverse), ``statistic``, ``pvalue``, ``method``,
         ``pvalue_adjusted`` and ``significant``.
+    settings : AuditSettings
+        The options of the audit (``correction``, ``alpha``).
     """
 
     accuracy: pd.DataFrame
@@ -66,8 +71,7 @@ class CounterfactualResult:
     reference: str
     variants: list[str]
     classes: list
-    correction: str
-    alpha: float
+    settings: AuditSettings
     n_unpaired: int = 0
 
     def to_frame(self) -> pd.DataFrame:
@@ -85,11 +89,10 @@ def audit_counterfactuals(
     model_col: str | None = None,
     reference: str = "reconstructed",
     variants: Sequence[str] | None = None,
-    correction: str = DEFAULT_CORRECTION,
-    alpha: float = 0.05,
     exact_below: int = 25,
+    settings: AuditSettings | None = None,
 ) -> CounterfactualResult:
-    """Thong et al. Table 4 from a long table of predictions on counterfactual variants.
+    """Thong et al. Table 4 from a long table of predictions on counterfactual variants (docs/METHODS.md §7.4).
 
     Parameters
     ----------
@@ -104,19 +107,35 @@ def audit_counterfactuals(
         Variant the others are compared with (default ``reconstructed``, as in the paper).
     variants : sequence of str, optional
         Variant order of the table (default: Thong et al.'s order, then any others).
-    correction : {"holm", "bonferroni", "bh", "none"}
-        Correction over all McNemar tests of a model (default
-        :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`).
-    alpha : float
-        Significance level applied to the adjusted p-values.
     exact_below : int
         Exact binomial McNemar test when there are fewer discordant pairs.
+    settings : AuditSettings, optional
+        ``correction`` over all McNemar tests of a model, and ``alpha`` applied to the adjusted p-values.
 
     Returns
     -------
     CounterfactualResult
     """
+    settings = settings or DEFAULT_SETTINGS
     src = str(data.attrs.get("source", "predictions"))
+    df = _prediction_table(data, sample_col, variant_col, label_col, prediction_col, correct_col, model_col, src)
+    present = list(pd.unique(df["variant"]))
+    if reference not in present:
+        raise FairvisionError(f"{src}: no rows for the reference variant {reference!r}; variants are {', '.join(present)}")
+    order = list(variants) if variants is not None else [v for v in DEFAULT_VARIANTS if v in present] + \
+        [v for v in present if v not in DEFAULT_VARIANTS]
+    df = df[df["variant"].isin(order)]
+    classes = sorted(pd.unique(df["label"]), key=str)
+    acc_long, wide = _accuracy_tables(df, order, classes)
+    tests, n_unpaired = _mcnemar_tests(df, order, classes, reference, exact_below, settings)
+    return CounterfactualResult(accuracy=wide, accuracy_long=acc_long, tests=tests, reference=reference,
+                                variants=order, classes=classes, settings=settings, n_unpaired=n_unpaired)
+
+
+def _prediction_table(data: pd.DataFrame, sample_col: str, variant_col: str, label_col: str,
+                      prediction_col: str | None, correct_col: str | None, model_col: str | None,
+                      src: str) -> pd.DataFrame:
+    """``model``, ``sample``, ``variant``, ``label`` and ``correct`` of every row, checked."""
     need = [sample_col, variant_col, label_col] + ([correct_col] if correct_col else [prediction_col])
     if model_col:
         need.append(model_col)
@@ -134,8 +153,7 @@ def audit_counterfactuals(
         raise ColumnError(f"{src}: row {row}: missing {label_col!r}")
     if correct_col:
         raw = data[correct_col]
-        mapped = raw.map(lambda v: {True: True, False: False, 1: True, 0: False, "true": True, "false": False,
-                                    "True": True, "False": False, "1": True, "0": False}.get(v))
+        mapped = raw.map(lambda v: _CORRECT_VALUES.get(v))
         if mapped.isna().any():
             row = int(np.flatnonzero(mapped.isna().to_numpy())[0]) + 1
             raise ColumnError(f"{src}: row {row}: {correct_col!r} must be true/false or 1/0, got {raw.iloc[row - 1]!r}")
@@ -147,14 +165,11 @@ def audit_counterfactuals(
         row = int(np.flatnonzero(dup.to_numpy())[0]) + 1
         raise ColumnError(f"{src}: row {row}: sample {df['sample'].iloc[row - 1]!r} appears twice for variant "
                           f"{df['variant'].iloc[row - 1]!r}")
-    present = list(pd.unique(df["variant"]))
-    if reference not in present:
-        raise FairvisionError(f"{src}: no rows for the reference variant {reference!r}; variants are {', '.join(present)}")
-    order = list(variants) if variants is not None else [v for v in DEFAULT_VARIANTS if v in present] + \
-        [v for v in present if v not in DEFAULT_VARIANTS]
-    df = df[df["variant"].isin(order)]
-    classes = sorted(pd.unique(df["label"]), key=str)
+    return df
 
+
+def _accuracy_tables(df: pd.DataFrame, order: list[str], classes: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Accuracy per model, variant and class: the long table and Thong et al.'s Table 4 layout (percent)."""
     long_rows = []
     for (m, v), sub in df.groupby(["model", "variant"], sort=False):
         for cl in classes + ["All"]:
@@ -168,7 +183,13 @@ def audit_counterfactuals(
     cols = [(v, c) for v in order for c in classes + ["All"] if (v, c) in wide.columns]
     wide = wide[cols]
     wide.columns = pd.MultiIndex.from_tuples(cols, names=["variant", "class"])
+    return acc_long, wide
 
+
+def _mcnemar_tests(df: pd.DataFrame, order: list[str], classes: list, reference: str, exact_below: int,
+                   settings: AuditSettings) -> tuple[pd.DataFrame, int]:
+    """McNemar tests of every variant against the reference per model and class, corrected per model;
+    and the number of variant rows without a reference pair."""
     test_rows = []
     n_unpaired = 0
     for m, sub in df.groupby("model", sort=False):
@@ -185,71 +206,18 @@ def audit_counterfactuals(
                 t = mcnemar(ref, var, exact_below=exact_below)
                 test_rows.append((m, v, cl, len(idx), ref.mean() if len(idx) else np.nan, var.mean() if len(idx) else np.nan,
                                   100 * (var.mean() - ref.mean()) if len(idx) else np.nan, t.b, t.c, t.statistic, t.pvalue, t.method))
-    tests = pd.DataFrame(test_rows, columns=["model", "variant", "class", "n_pairs", "acc_reference", "acc_variant",
-                                             "change", "b", "c", "statistic", "pvalue", "method"])
+    tests = pd.DataFrame(test_rows, columns=_TEST_COLUMNS)
     if len(tests):
-        tests["pvalue_adjusted"] = np.concatenate([adjust_pvalues(g["pvalue"].to_numpy(), correction)
+        tests["pvalue_adjusted"] = np.concatenate([adjust_pvalues(g["pvalue"].to_numpy(), settings.correction)
                                                    for _, g in tests.groupby("model", sort=False)])
     else:
         tests["pvalue_adjusted"] = []
-    tests["significant"] = tests["pvalue_adjusted"].to_numpy(dtype=float) < alpha
-    tests = tests.set_index(["model", "variant", "class"])
-    return CounterfactualResult(accuracy=wide, accuracy_long=acc_long, tests=tests, reference=reference,
-                                variants=order, classes=classes, correction=correction, alpha=alpha,
-                                n_unpaired=n_unpaired)
+    tests["significant"] = tests["pvalue_adjusted"].to_numpy(dtype=float) < settings.alpha
+    return tests.set_index(["model", "variant", "class"]), n_unpaired
 
 
 # ---------------------------------------------------------------------------
 # (b) colorimetric transect
-
-
-def region_colour(lab: np.ndarray) -> tuple[float, float]:
-    """Mean L* and the hue angle (degrees, [0, 360)) of the mean (a*, b*) of ``(N, 3)`` Lab pixels.
-
-    The hue of the mean chroma vector is used instead of a mean of angles: it
-    is well defined for near-grey pixels and a rotation of every pixel's hue
-    by ``d`` rotates it by exactly ``d``.
-    """
-    lab = np.asarray(lab, dtype=np.float64)
-    return float(lab[:, 0].mean()), float(np.degrees(np.arctan2(lab[:, 2].mean(), lab[:, 1].mean())) % 360.0)
-
-
-def _wrap(deg: float) -> float:
-    return float((deg + 180.0) % 360.0 - 180.0)
-
-
-def _in_gamut_rgb(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    rgb = lab_to_srgb(lab, clip=False)
-    ok = np.all((rgb >= -1e-6) & (rgb <= 1 + 1e-6), axis=-1)
-    return rgb, ok
-
-
-def gamut_map_chroma(lab: np.ndarray, *, iterations: int = 22) -> tuple[np.ndarray, np.ndarray]:
-    """Bring out-of-gamut Lab colours into sRGB by scaling chroma down at constant L* and h*.
-
-    Vectorised bisection on the chroma scale of the out-of-gamut rows only.
-    L* must lie in [0, 100] (the grey axis is then in gamut).
-
-    Returns
-    -------
-    (lab_mapped, was_out) : arrays ``(N, 3)`` and ``(N,)`` bool
-    """
-    lab = np.asarray(lab, dtype=np.float64).copy()
-    _, ok = _in_gamut_rgb(lab)
-    out = ~ok
-    if out.any():
-        sub = lab[out]
-        lo, hi = np.zeros(len(sub)), np.ones(len(sub))
-        for _ in range(iterations):
-            mid = (lo + hi) / 2
-            trial = sub.copy()
-            trial[:, 1:] *= mid[:, None]
-            _, good = _in_gamut_rgb(trial)
-            lo = np.where(good, mid, lo)
-            hi = np.where(good, hi, mid)
-        sub[:, 1:] *= lo[:, None]
-        lab[out] = sub
-    return lab, out
 
 
 @dataclass
@@ -285,37 +253,24 @@ def audit_colour_transect(
     min_chroma: float = 2.0,
     estimator: str | None = None,
 ) -> TransectResult:
-    """Shift the skin region's L* (or rotate its h*) by ``delta`` and verify it.
+    """Shift the skin region's L* (or rotate its h*) by ``delta`` and verify it (docs/METHODS.md §7.5).
 
     Implements a colorimetric version of Thong et al.'s skin-colour transects
     (section 4.3): one colour property is changed at a time, the other kept.
+    The edit is :func:`fairvision.skin.transect.shift_region_colour`; this audit
+    checks it.
 
     Parameters
     ----------
     image_rgb : ndarray (H, W, 3) uint8
     mask : ndarray (H, W) bool
         Skin pixels; only these change.
-    axis : {"L", "h"}
-        ``L``: add ``delta`` to L* (positive = lighter). ``h``: rotate the hue
-        angle by ``delta`` degrees at constant L* and chroma (positive =
-        yellower, negative = redder).
-    delta : float
-        Requested change of the region's mean L* (L* units) or of the hue of
-        its mean (a*, b*) (degrees).
+    axis, delta, max_iter, min_chroma :
+        As :func:`~fairvision.skin.transect.shift_region_colour` (``axis`` ``"L"`` or ``"h"``; ``delta`` in L*
+        units or degrees; an h* transect of an almost grey region is refused, and an L* transect of one
+        reports no hue check, ``other_change`` NaN).
     tolerance, other_tolerance : float
         Accepted error on the requested axis and drift of the other axis.
-    max_iter : int
-        Corrections of the applied offsets: gamut mapping, L* clipping to
-        [0, 100] and uint8 rounding shrink the achieved shift and make the
-        other axis drift, so the requested offset absorbs the measured error
-        until it is within 0.05, and a compensating offset on the other axis
-        is applied when that one drifts by more than a quarter of its
-        tolerance (steps are halved when the error changes sign; the best
-        iterate is kept).
-    min_chroma : float
-        Below this chroma of the region's mean (a*, b*) the hue is undefined
-        (e.g. black-and-white photos): h* transects are refused and L*
-        transects report no hue check (``other_change`` NaN).
     estimator : str, optional
         Also report how a skin colour estimator of :mod:`fairvision.skin.estimators`
         (``thong``, ``mean``, ``median_ita``) sees the shift:
@@ -326,86 +281,35 @@ def audit_colour_transect(
     -------
     TransectResult
     """
-    img = np.asarray(image_rgb)
-    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
-        raise FairvisionError(f"transect expects an (H, W, 3) uint8 RGB image, got shape {img.shape} {img.dtype}")
-    m = np.asarray(mask)
-    if m.shape != img.shape[:2]:
-        raise FairvisionError(f"skin mask shape {m.shape} does not match the image {img.shape[:2]}")
-    m = m.astype(bool)
-    if axis not in ("L", "h"):
-        raise FairvisionError(f"unknown transect axis {axis!r}; use L (lightness) or h (hue angle)")
-    if not np.isfinite(delta):
-        raise FairvisionError("the transect delta must be a finite number")
-    if not m.any():
-        raise FairvisionError("the skin mask is empty; nothing to shift")
-    px = img[m]
-    lab0 = srgb_to_lab(px, dtype=np.float64)
-    l0, h0 = region_colour(lab0)
-    c0 = float(np.hypot(lab0[:, 1].mean(), lab0[:, 2].mean()))
-    hue_defined = c0 >= min_chroma
-    if axis == "h" and not hue_defined:
-        raise FairvisionError(f"the skin region is almost grey (mean chroma {c0:.2f} < {min_chroma}); "
-                              "its hue angle is undefined, so an h* transect is impossible")
-    target_l = float(delta) if axis == "L" else 0.0
-    target_h = float(delta) if axis == "h" else 0.0
-    off_l, off_h = target_l, target_h
-    gain = {"L": 1.0, "h": 1.0}
-    prev: dict = {"L": None, "h": None}
-    best = None
-    for it in range(1, max_iter + 1):
-        lab = lab0.copy()
-        lab[:, 0] += off_l
-        if off_h:
-            th = np.radians(off_h)
-            a, b = lab[:, 1].copy(), lab[:, 2].copy()
-            lab[:, 1], lab[:, 2] = a * np.cos(th) - b * np.sin(th), a * np.sin(th) + b * np.cos(th)
-        clipped_l = (lab[:, 0] < 0) | (lab[:, 0] > 100)
-        lab[:, 0] = np.clip(lab[:, 0], 0.0, 100.0)
-        mapped, was_out = gamut_map_chroma(lab)
-        new_px = lab_to_srgb(mapped, as_uint8=True)
-        lab1 = srgb_to_lab(new_px, dtype=np.float64)
-        l1, h1 = region_colour(lab1)
-        err_l = (l1 - l0) - target_l
-        err_h = _wrap(h1 - h0) - target_h if hue_defined else 0.0
-        main, other = (err_l, err_h) if axis == "L" else (err_h, err_l)
-        score = max(abs(main) / tolerance, abs(other) / other_tolerance)
-        if best is None or score < best[0]:
-            best = (score, new_px, l1, h1, was_out.mean(), clipped_l.mean(), it, off_l, off_h)
-        if abs(main) <= 0.05 and abs(other) <= 0.25 * other_tolerance:
-            break
-        # the applied offsets absorb the measured shortfall (gamut mapping, clipping, rounding); the other
-        # axis is only corrected when it drifts noticeably (on low-chroma skin, uint8 rounding couples L* and
-        # h*), and a step whose error changes sign is halved next time, which stops oscillation
-        for ax_name, err in (("L", err_l), ("h", err_h)):
-            if ax_name != axis and abs(err) <= 0.25 * other_tolerance:
-                continue
-            if prev[ax_name] is not None and np.sign(err) != np.sign(prev[ax_name]):
-                gain[ax_name] *= 0.5
-            prev[ax_name] = err
-            if ax_name == "L":
-                off_l -= gain["L"] * err
-            else:
-                off_h -= gain["h"] * err
-    _, new_px, l1, h1, share_out, share_clip, it, off_l, off_h = best
-    out = img.copy()
-    out[m] = new_px
-    d_l, d_h = l1 - l0, (_wrap(h1 - h0) if hue_defined else float("nan"))
-    achieved, other = (d_l, d_h) if axis == "L" else (d_h, d_l)
+    shift = shift_region_colour(image_rgb, mask, axis=axis, delta=delta, tolerance=tolerance,
+                                other_tolerance=other_tolerance, max_iter=max_iter, min_chroma=min_chroma)
+    return TransectResult(shift.image, _transect_check(shift, np.asarray(image_rgb), delta, tolerance=tolerance,
+                                                       other_tolerance=other_tolerance, estimator=estimator))
+
+
+def _transect_check(shift: RegionShift, image: np.ndarray, delta: float, *, tolerance: float = 1.0,
+                   other_tolerance: float = 2.0, estimator: str | None = None) -> dict:
+    """The check of one transect (:attr:`TransectResult.check`): requested against achieved change, the
+    other axis's drift, whether pixels outside the mask are ``image``'s, and ``ok``."""
+    m, hue_defined = shift.mask, shift.hue_defined
+    d_l, d_h = shift.L_change, shift.h_change
+    achieved, other = (d_l, d_h) if shift.axis == "L" else (d_h, d_l)
     check = {
-        "axis": axis, "requested": float(delta), "achieved": float(achieved), "error": float(achieved - delta),
-        "other_axis": "h" if axis == "L" else "L", "other_change": float(other),
-        "L_before": l0, "L_after": l1, "h_before": h0 if hue_defined else float("nan"),
-        "h_after": h1 if hue_defined else float("nan"), "chroma_before": c0, "hue_defined": bool(hue_defined),
-        "n_pixels": int(m.sum()), "share_gamut_mapped": float(share_out), "share_L_clipped": float(share_clip),
-        "iterations": int(it), "applied_L_offset": float(off_l), "applied_h_offset": float(off_h),
-        "outside_unchanged": bool(np.array_equal(out[~m], img[~m])),
+        "axis": shift.axis, "requested": float(delta), "achieved": float(achieved), "error": float(achieved - delta),
+        "other_axis": "h" if shift.axis == "L" else "L", "other_change": float(other),
+        "L_before": shift.L_before, "L_after": shift.L_after,
+        "h_before": shift.h_before if hue_defined else float("nan"),
+        "h_after": shift.h_after if hue_defined else float("nan"), "chroma_before": shift.chroma_before,
+        "hue_defined": hue_defined, "n_pixels": int(m.sum()), "share_gamut_mapped": shift.share_gamut_mapped,
+        "share_L_clipped": shift.share_L_clipped, "iterations": shift.iterations,
+        "applied_L_offset": shift.applied_L_offset, "applied_h_offset": shift.applied_h_offset,
+        "outside_unchanged": bool(np.array_equal(shift.image[~m], image[~m])),
     }
     if estimator is not None:
-        e0, e1 = estimate(estimator, lab0), estimate(estimator, srgb_to_lab(new_px, dtype=np.float64))
+        e0, e1 = estimate(estimator, shift.lab_before), estimate(estimator, shift.lab_after)
         check["estimator"] = estimator
         check["estimator_L_change"] = float(e1["L"] - e0["L"])
-        check["estimator_h_change"] = _wrap(e1["hue"] - e0["hue"]) if hue_defined else float("nan")
+        check["estimator_h_change"] = wrap_degrees(e1["hue"] - e0["hue"]) if hue_defined else float("nan")
     other_ok = (not np.isfinite(other)) or abs(other) <= other_tolerance
     check["ok"] = bool(abs(achieved - delta) <= tolerance and other_ok and check["outside_unchanged"])
-    return TransectResult(out, check)
+    return check

@@ -27,8 +27,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from fairvision.errors import ColumnError, FairvisionError
-from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.io.validate import require_columns
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
+from fairvision.errors import ColumnError, FairvisionError, ParameterError
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.itemsets import association_rules, fpgrowth
 
 LOW_ITEM = ("__low__", "low score")
@@ -80,8 +82,7 @@ def transaction_matrix(data: pd.DataFrame, attributes: Sequence[str], *, n_bins:
     """
     cols, names = [], []
     for a in attributes:
-        if a not in data.columns:
-            raise ColumnError(f"{source}: no attribute column {a!r}; columns are {', '.join(map(str, data.columns))}")
+        require_columns(data, [a], source=source, what="attribute column")
         s = data[a]
         if s.apply(lambda v: isinstance(v, (list, tuple, set, np.ndarray))).any():
             raise ColumnError(f"{source}: attribute column {a!r} holds lists; expand multi-valued attributes first")
@@ -113,14 +114,14 @@ def low_score_flags(scores, *, low_quantile: float | None = 0.2, low_threshold: 
         cut = float(low_threshold)
     else:
         if low_quantile is None or not 0 < low_quantile < 1:
-            raise FairvisionError(f"low_quantile must be in (0, 1), got {low_quantile}")
+            raise ParameterError("low_quantile", f"must be in (0, 1), got {low_quantile}")
         cut = float(np.quantile(s, low_quantile if higher_is_better else 1 - low_quantile))
     low = s <= cut if higher_is_better else s >= cut
     return low, cut
 
 
 @dataclass
-class PatternResult:
+class PatternResult(SettingsView):
     """Association rules ``items -> low score``, ranked by lift.
 
     Attributes
@@ -139,6 +140,8 @@ class PatternResult:
         beyond the shorter rule).
     n_tested : int
         Frequent antecedents examined (the multiple-comparison family).
+    settings : AuditSettings
+        The options of the audit (``correction``, ``alpha``).
     """
 
     rules: pd.DataFrame
@@ -151,8 +154,7 @@ class PatternResult:
     n_tested: int
     min_support: float
     max_len: int
-    correction: str
-    alpha: float
+    settings: AuditSettings
     attributes: list[str] = field(default_factory=list)
 
     def to_frame(self) -> pd.DataFrame:
@@ -163,6 +165,11 @@ class PatternResult:
         if rule not in self.rules.index:
             raise FairvisionError(f"no rule {rule}; there are {len(self.rules)} rules")
         return self.rules.loc[rule, "antecedent"]
+
+
+#: columns of :attr:`PatternResult.rules`
+RULE_COLUMNS = ["items", "antecedent", "support", "confidence", "lift", "n", "n_matching", "pvalue", "pvalue_adjusted",
+                "pvalue_productive", "significant"]
 
 
 def audit_error_patterns(
@@ -178,10 +185,9 @@ def audit_error_patterns(
     min_lift: float = 1.0,
     max_len: int = 3,
     n_bins: int = 3,
-    correction: str = DEFAULT_CORRECTION,
-    alpha: float = 0.05,
+    settings: AuditSettings | None = None,
 ) -> PatternResult:
-    """Mine the attribute values that co-occur with low scores (FHIBE error pattern recognition).
+    """Mine the attribute values that co-occur with low scores (FHIBE error pattern recognition; docs/METHODS.md §7.2).
 
     Parameters
     ----------
@@ -202,21 +208,18 @@ def audit_error_patterns(
         most ``max_len - 1`` items).
     n_bins : int
         Quantile bins for numeric attributes with many values.
-    correction : {"holm", "bonferroni", "bh", "none"}
-        Multiple-comparison correction over every frequent antecedent
-        (default :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`).
-    alpha : float
-        Significance level applied to the adjusted p-values.
+    settings : AuditSettings, optional
+        ``correction`` over every frequent antecedent, and ``alpha`` applied to the adjusted p-values.
 
     Returns
     -------
     PatternResult
     """
+    settings = settings or DEFAULT_SETTINGS
     src = str(data.attrs.get("source", "table"))
-    if score not in data.columns:
-        raise ColumnError(f"{src}: no score column {score!r}; columns are {', '.join(map(str, data.columns))}")
+    require_columns(data, [score], source=src, what="score column")
     if max_len < 2:
-        raise FairvisionError("max_len must be at least 2 (one attribute value and the low-score item)")
+        raise ParameterError("max_len", "must be at least 2 (one attribute value and the low-score item)")
     sc = pd.to_numeric(data[score], errors="coerce")
     keep = sc.notna().to_numpy()
     if keep.sum() < 10:
@@ -232,40 +235,50 @@ def audit_error_patterns(
     itemsets = fpgrowth(x, min_support, max_len=max_len, item_names=names)
     antecedents = itemsets[[LOW_ITEM not in s and len(s) <= max_len - 1 for s in itemsets["itemsets"]]]
     n_tested = len(antecedents)
-    cols = ["items", "antecedent", "support", "confidence", "lift", "n", "n_matching", "pvalue", "pvalue_adjusted",
-            "pvalue_productive", "significant"]
     if n_low == 0 or n_low == n or n_tested == 0:
-        rules = pd.DataFrame(columns=cols)
+        rules = pd.DataFrame(columns=RULE_COLUMNS)
     else:
-        # one-sided Fisher exact test for every frequent antecedent A (the whole family)
         pos = {nm: j for j, nm in enumerate(names)}
-        n_a = antecedents["count"].to_numpy()
-        k_a = np.array([int(np.count_nonzero(x[:, [pos[i] for i in s] + [pos[LOW_ITEM]]].all(axis=1)))
-                        for s in antecedents["itemsets"]])
-        pvals = _st.hypergeom.sf(k_a - 1, n, n_low, n_a)
-        padj = adjust_pvalues(pvals, correction)
-        test = {s: (p, q) for s, p, q in zip(antecedents["itemsets"], pvals, padj)}
+        test = _fisher_tests(x, pos, antecedents, n_low, settings.correction)
         ar = association_rules(itemsets, consequent=[LOW_ITEM], min_confidence=min_confidence)
         ar = ar[(ar["lift"].to_numpy() >= min_lift) & np.array([len(a) <= max_len - 1 for a in ar["antecedent"]], bool)]
-        rows = []
-        for a, s, cf, lf, cnt, acnt in ar[["antecedent", "support", "confidence", "lift", "count", "antecedent_count"]].itertuples(index=False):
-            p, q = test[a]
-            ordered = tuple(sorted(a, key=lambda t: (str(t[0]), str(t[1]))))
-            prod_p = _productivity_pvalue(x, pos, a, low) if len(a) > 1 else np.nan
-            rows.append((items_label(a), ordered, s, cf, lf, int(cnt), int(acnt), p, q, prod_p, False))
-        rules = pd.DataFrame(rows, columns=cols)
-        if len(rules):
-            # productivity of multi-item rules, corrected over those rules; single items: the Fisher test itself
-            prod_adj = adjust_pvalues(rules["pvalue_productive"].to_numpy(dtype=float), correction)
-            rules["pvalue_productive"] = np.where(np.isnan(prod_adj), rules["pvalue_adjusted"], prod_adj)
-            rules["significant"] = (rules["pvalue_adjusted"] < alpha) & (rules["pvalue_productive"] < alpha)
-        if len(rules):
-            rules = rules.sort_values(["lift", "support", "items"], ascending=[False, False, True], kind="mergesort")
+        rules = _rule_table(ar, test, x, pos, low, settings)
     rules = rules.reset_index(drop=True)
     rules.index = pd.RangeIndex(1, len(rules) + 1, name="rank")
     return PatternResult(rules=rules, score=score, threshold=cut, higher_is_better=higher_is_better,
                          base_rate=n_low / n, n_samples=n, n_low=n_low, n_tested=n_tested, min_support=min_support,
-                         max_len=max_len, correction=correction, alpha=alpha, attributes=list(attributes))
+                         max_len=max_len, settings=settings, attributes=list(attributes))
+
+
+def _fisher_tests(x: np.ndarray, pos: dict, antecedents: pd.DataFrame, n_low: int, correction: str) -> dict:
+    """One-sided Fisher exact test of every frequent antecedent A (the whole family), corrected over the family:
+    antecedent -> ``(pvalue, pvalue_adjusted)``."""
+    n = x.shape[0]
+    n_a = antecedents["count"].to_numpy()
+    k_a = np.array([int(np.count_nonzero(x[:, [pos[i] for i in s] + [pos[LOW_ITEM]]].all(axis=1)))
+                    for s in antecedents["itemsets"]])
+    pvals = _st.hypergeom.sf(k_a - 1, n, n_low, n_a)
+    padj = adjust_pvalues(pvals, correction)
+    return {s: (p, q) for s, p, q in zip(antecedents["itemsets"], pvals, padj)}
+
+
+def _rule_table(ar: pd.DataFrame, test: dict, x: np.ndarray, pos: dict, low: np.ndarray,
+                settings: AuditSettings) -> pd.DataFrame:
+    """The reported rules with their tests (:data:`RULE_COLUMNS`), ranked by lift, then support."""
+    rows = []
+    for a, s, cf, lf, cnt, acnt in ar[["antecedent", "support", "confidence", "lift", "count", "antecedent_count"]].itertuples(index=False):
+        p, q = test[a]
+        ordered = tuple(sorted(a, key=lambda t: (str(t[0]), str(t[1]))))
+        prod_p = _productivity_pvalue(x, pos, a, low) if len(a) > 1 else np.nan
+        rows.append((items_label(a), ordered, s, cf, lf, int(cnt), int(acnt), p, q, prod_p, False))
+    rules = pd.DataFrame(rows, columns=RULE_COLUMNS)
+    if len(rules):
+        # productivity of multi-item rules, corrected over those rules; single items: the Fisher test itself
+        prod_adj = adjust_pvalues(rules["pvalue_productive"].to_numpy(dtype=float), settings.correction)
+        rules["pvalue_productive"] = np.where(np.isnan(prod_adj), rules["pvalue_adjusted"], prod_adj)
+        rules["significant"] = (rules["pvalue_adjusted"] < settings.alpha) & (rules["pvalue_productive"] < settings.alpha)
+        rules = rules.sort_values(["lift", "support", "items"], ascending=[False, False, True], kind="mergesort")
+    return rules
 
 
 def _productivity_pvalue(x: np.ndarray, pos: dict, antecedent, low: np.ndarray) -> float:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from fairvision import __version__
 from fairvision.audits.generative.generators import load_callable
-from fairvision.audits.skin_batch import preload as preload_models
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.engine import imap
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import FairvisionError
@@ -38,6 +38,7 @@ from fairvision.io.tables import read_raw_table
 from fairvision.skin import measure
 from fairvision.vision.age_gender import AgeGenderPredictor
 from fairvision.vision.face_descriptor import FaceDescriptor
+from fairvision.vision.model_cache import preload_face_models
 
 IMAGE_COLUMNS = ["image_path", "skin_ok", "skin_reason", "n_faces", "L", "hue", "ita", "gray", "age", "gender",
                  "p_male", "ag_reason", "descriptor"]
@@ -162,15 +163,16 @@ def _from_payload(part: str, payload: dict) -> dict:
     return out
 
 
-def assess_images(paths: list[str], options: dict, *, workers: int = 1, engine: str = "local",
-                  address: str | None = None, progress: Callable[[int, int], None] | None = None,
+def assess_images(paths: list[str], options: dict, *, settings: AuditSettings | None = None,
+                  progress: Callable[[int, int], None] | None = None,
                   store: ResultsStore | str | os.PathLike | None = None,
                   sample_ids: dict | None = None) -> pd.DataFrame:
     """Per-image measurements of ``paths`` (one row each; an image that fails has its reason in ``skin_reason``).
 
     ``options``: ``skin`` (bool), ``skin_method``, ``mask_method``,
     ``age_gender`` (``builtin``, ``none``, ``csv:PATH``, ``module:function``),
-    ``identity`` (bool).
+    ``identity`` (bool). ``settings``: where the per-image work runs (``engine``,
+    ``address``, ``workers``; default one local worker).
 
     With a results ``store`` (:class:`fairvision.io.store.ResultsStore` or its
     folder) each assessor's result is kept under its stage (:data:`STAGES`) and
@@ -186,6 +188,7 @@ def assess_images(paths: list[str], options: dict, *, workers: int = 1, engine: 
         store). ``attrs["assessments"]``: ``computed`` and ``from_store``,
         counts of per-image assessor results by assessor.
     """
+    settings = settings or DEFAULT_SETTINGS
     paths = list(dict.fromkeys(str(p) for p in paths))
     parts = active_parts(options)
     if store is not None and not isinstance(store, ResultsStore):
@@ -224,11 +227,12 @@ def assess_images(paths: list[str], options: dict, *, workers: int = 1, engine: 
     if tasks:
         run_opts = {**options, "parts": sorted({x for t in tasks for x in t["parts"]}, key=parts.index)}
         items = [{"image_path": t["image_path"], "parts": t["parts"]} for t in tasks]
-        if int(workers) > 1 and engine == "local" and "skin" in run_opts["parts"]:
-            preload_models({"mask_method": run_opts.get("mask_method", "mediapipe")})  # import once; forked workers inherit
+        if settings.workers > 1 and settings.engine == "local" and "skin" in run_opts["parts"]:
+            preload_face_models(run_opts.get("mask_method", "mediapipe"))  # import once; forked workers inherit
         try:
-            for oc in imap(assess_image, items, workers=max(1, int(workers)), engine=engine, address=address,
-                           initializer=_init, initargs=(run_opts,), ordered=False, preload=PRELOAD):
+            for oc in imap(assess_image, items, workers=settings.workers, engine=settings.engine,
+                           address=settings.address, initializer=_init, initargs=(run_opts,), ordered=False,
+                           preload=PRELOAD):
                 t = tasks[oc.index]
                 if oc.ok:
                     value = {k: v for k, v in oc.value.items() if k != "image_path"}
@@ -252,8 +256,14 @@ def assess_images(paths: list[str], options: dict, *, workers: int = 1, engine: 
                 store.flush()  # what finished is kept, also when interrupted
         if store is not None:
             store.vacuum(max_parts=COMPACT_PARTS, blocking=False)
-    df = pd.DataFrame([rows[p] for p in paths]).reindex(columns=IMAGE_COLUMNS)
-    df["from_store"] = [not need[p] and bool(parts) for p in paths]
+    return _image_table([rows[p] for p in paths], [not need[p] and bool(parts) for p in paths], options, counts)
+
+
+def _image_table(rows: list[dict], from_store: list[bool], options: dict, counts: dict) -> pd.DataFrame:
+    """The table :func:`assess_images` returns: typed :data:`IMAGE_COLUMNS`, ``from_store``, the predictions of
+    a CSV merged in, and the assessment ``counts`` in ``attrs["assessments"]``."""
+    df = pd.DataFrame(rows).reindex(columns=IMAGE_COLUMNS)
+    df["from_store"] = from_store
     for col in ("L", "hue", "ita", "gray", "age", "p_male", "n_faces"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     df["skin_ok"] = df["skin_ok"].astype(object).where(df["skin_ok"].notna(), False).astype(bool)

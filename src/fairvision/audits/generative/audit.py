@@ -21,10 +21,10 @@ import pandas as pd
 from fairvision.audits.generative.assessors import assess_images, pair_changes
 from fairvision.audits.generative.generators import generate
 from fairvision.audits.generative.spec import GenerativeSpec
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.audits.skin import SkinComparison, audit_skin_comparison
 from fairvision.errors import FairvisionError
 from fairvision.io.store import ResultsStore
-from fairvision.stats.corrections import DEFAULT_CORRECTION
 from fairvision.stats.metamorphic import metamorphic_scores
 
 #: scored properties and their paired test (docs/METHODS.md §10.3)
@@ -162,15 +162,18 @@ def _top_words(words: pd.DataFrame, top: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).set_index(["generator", "property", "direction", "rank"])
 
 
-def score_pairs(pairs: pd.DataFrame, *, min_effect: dict, alpha: float = 0.05, n_boot: int = 1000,
-                level: float = 0.95, seed=0, correction: str = DEFAULT_CORRECTION,
+def score_pairs(pairs: pd.DataFrame, *, min_effect: dict, settings: AuditSettings | None = None,
                 properties=None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Word, topic and model scores of every property and generator (docs/METHODS.md §10.2-§10.4).
 
     A word is ``flagged`` when its corrected p-value is below ``alpha`` and
     its absolute score reaches ``min_effect[property]``; ``direction`` is
     ``increase`` / ``decrease`` (sign of the word score).
+
+    ``settings`` (:class:`~fairvision.audits.settings.AuditSettings`, optional) uses ``correction``, ``alpha``,
+    ``n_boot``, ``level`` and ``seed``.
     """
+    settings = settings or DEFAULT_SETTINGS
     words, topics, model = [], [], []
     props = [p for p in (properties or PROPERTY_TESTS) if p in pairs.columns]
     for g, gp in pairs.groupby("generator", sort=False):
@@ -178,10 +181,11 @@ def score_pairs(pairs: pd.DataFrame, *, min_effect: dict, alpha: float = 0.05, n
             if gp[prop].notna().sum() == 0:
                 continue
             sc = metamorphic_scores(gp, value=prop, word="word", unit="seed_id", topic="topic",
-                                    test=PROPERTY_TESTS[prop], n_boot=n_boot, level=level, seed=seed,
-                                    correction=correction)
+                                    test=PROPERTY_TESTS[prop], n_boot=settings.n_boot, level=settings.level,
+                                    seed=settings.seed, correction=settings.correction)
             w = sc.words.copy()
-            w["flagged"] = (w["pvalue_adjusted"] < alpha) & (w["estimate"].abs() >= float(min_effect.get(prop, 0.0)))
+            w["flagged"] = ((w["pvalue_adjusted"] < settings.alpha)
+                            & (w["estimate"].abs() >= float(min_effect.get(prop, 0.0))))
             w["direction"] = np.where(w["estimate"] > 0, "increase", np.where(w["estimate"] < 0, "decrease", "none"))
             words.append(pd.concat({(g, prop): w}, names=["generator", "property"]))
             topics.append(pd.concat({(g, prop): sc.topics}, names=["generator", "property"]))
@@ -195,9 +199,7 @@ def score_pairs(pairs: pd.DataFrame, *, min_effect: dict, alpha: float = 0.05, n
 def audit_generative(
     spec: GenerativeSpec,
     *,
-    workers: int = 1,
-    engine: str = "local",
-    address: str | None = None,
+    settings: AuditSettings | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     store: ResultsStore | str | os.PathLike | None = None,
 ) -> GenerativeResult:
@@ -207,10 +209,13 @@ def audit_generative(
     ----------
     spec : GenerativeSpec
         From :func:`fairvision.audits.generative.spec.load_spec`.
-    workers, engine, address
-        Parallel per-image work (generation of the built-in editor and folder
-        generators, and assessment); a generator's own ``workers`` key wins
-        for generation (default 1 for ``callable`` and ``http``).
+    settings : AuditSettings, optional
+        Uses ``engine``, ``address`` and ``workers`` (default: one local
+        worker) for the parallel per-image work: generation of the built-in
+        editor and folder generators, and assessment; a generator's own
+        ``workers`` key wins for generation (default 1 for ``callable`` and
+        ``http``). The statistics come from the spec's ``[scores]``
+        (:attr:`~fairvision.audits.generative.spec.GenerativeSpec.settings`).
     progress : callable, optional
         ``progress(stage, done, total)`` with stage ``generate:<name>`` or ``assess``.
     store : ResultsStore or path, optional
@@ -225,13 +230,14 @@ def audit_generative(
     -------
     GenerativeResult
     """
+    settings = spec.run_settings(settings or DEFAULT_SETTINGS)
     base = spec.path.resolve().parent
     recs = []
     for cfg in spec.generators:
-        gw = int(cfg.get("workers", workers if cfg["kind"] in ("builtin", "folder") else 1))
+        gw = int(cfg.get("workers", settings.workers if cfg["kind"] in ("builtin", "folder") else 1))
         cb = (lambda d, t, _n=cfg["name"]: progress(f"generate:{_n}", d, t)) if progress else None
-        recs.append(generate(spec.seeds, spec.prompts, cfg, spec.workdir, base=base, workers=gw, engine=engine,
-                             address=address, progress=cb))
+        recs.append(generate(spec.seeds, spec.prompts, cfg, spec.workdir, base=base,
+                             settings=settings.replace(workers=max(1, gw)), progress=cb))
     records = pd.concat(recs, ignore_index=True)
     a = spec.assessors
     options = {"skin": bool(a.get("skin", True)), "skin_method": a.get("skin_method", "mean"),
@@ -240,19 +246,41 @@ def audit_generative(
     paths = list(spec.seeds["image_path"].astype(str)) + list(records.loc[records["ok"].astype(bool), "output_path"])
     cb = (lambda d, t: progress("assess", d, t)) if progress else None
     sample_ids = dict(zip(spec.seeds["image_path"].astype(str), spec.seeds["sample_id"].astype(str)))
-    images = assess_images(paths, options, workers=workers, engine=engine, address=address, progress=cb,
-                           store=store, sample_ids=sample_ids)
-    assessments = images.attrs.get("assessments", {})
+    images = assess_images(paths, options, settings=settings, progress=cb, store=store, sample_ids=sample_ids)
     pairs = pd.concat([pair_changes(r, spec.seeds, images) for r in recs], ignore_index=True)
-    sc = spec.scores
-    words, topics, model = score_pairs(pairs, min_effect=spec.min_effect, alpha=float(sc["alpha"]),
-                                       n_boot=int(sc["n_boot"]), level=float(sc["level"]), seed=int(sc["seed"]),
-                                       correction=sc["correction"])
+    words, topics, model = score_pairs(pairs, min_effect=spec.min_effect, settings=settings)
+    distribution, notes = _skin_distributions(spec, records, images, settings)
+    n_failed = int((~records["ok"].astype(bool)).sum())
+    if n_failed:
+        notes.append(f"{n_failed:,} of {len(records):,} generations failed; their reasons are in the records table")
+    result_settings = {
+        "alpha": settings.alpha, "level": settings.level, "n_boot": settings.n_boot, "correction": settings.correction,
+        "min_effect": dict(spec.min_effect), "thresholds": {k: list(v) for k, v in spec.thresholds.items()},
+        "assessors": options, "n_seeds": int(len(spec.seeds)),
+        "seed_paths": dict(zip(spec.seeds["sample_id"].astype(str), spec.seeds["image_path"].astype(str))),
+        "n_words": int(len(spec.prompts)), "topics": list(dict.fromkeys(spec.prompts["topic"])),
+        "assessments": images.attrs.get("assessments", {})}
+    return GenerativeResult(
+        name=spec.name, generators=list(dict.fromkeys(records["generator"])), records=records,
+        images=images.drop(columns=["descriptor"]), pairs=pairs, words=words, topics=topics, model=model,
+        thresholds=_threshold_counts(pairs, spec.thresholds), top_words=_top_words(words, int(spec.scores.get("top", 5))),
+        face_lost=_face_lost(pairs), distribution=distribution, settings=result_settings, notes=notes,
+    )
+
+
+def _face_lost(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per ``(generator, word)``: outputs made, outputs whose face was lost, and their share."""
     made = pairs[pairs["ok"].astype(bool)]
     face_lost = (made.groupby(["generator", "word"], sort=False)["face_lost"].agg(["size", "sum"])
                  .rename(columns={"size": "n_outputs", "sum": "n_face_lost"}))
     face_lost["n_face_lost"] = face_lost["n_face_lost"].astype(int)
     face_lost["share"] = face_lost["n_face_lost"] / face_lost["n_outputs"]
+    return face_lost
+
+
+def _skin_distributions(spec: GenerativeSpec, records: pd.DataFrame, images: pd.DataFrame,
+                        settings: AuditSettings) -> tuple[dict[str, SkinComparison | None], list[str]]:
+    """Per generator: the skin colour of its outputs against the seeds' (Thong et al. Table 2), and notes."""
     distribution: dict[str, SkinComparison | None] = {}
     notes = []
     img = images.set_index("image_path")
@@ -264,22 +292,8 @@ def audit_generative(
         out_sk = out_sk[out_sk["skin_ok"].fillna(False).astype(bool)][["L", "hue"]]
         if len(seed_sk) and len(out_sk):
             distribution[g] = audit_skin_comparison(seed_sk.reset_index(drop=True), out_sk.reset_index(drop=True),
-                                                    names=("seeds", str(g)), level=float(sc["level"]))
+                                                    names=("seeds", str(g)), settings=settings)
         else:
             distribution[g] = None
             notes.append(f"{g}: no measured skin in the seeds or the outputs; no distribution comparison")
-    n_failed = int((~records["ok"].astype(bool)).sum())
-    if n_failed:
-        notes.append(f"{n_failed:,} of {len(records):,} generations failed; their reasons are in the records table")
-    settings = {"alpha": float(sc["alpha"]), "level": float(sc["level"]), "n_boot": int(sc["n_boot"]),
-                "correction": sc["correction"], "min_effect": dict(spec.min_effect),
-                "thresholds": {k: list(v) for k, v in spec.thresholds.items()}, "assessors": options,
-                "n_seeds": int(len(spec.seeds)),
-                "seed_paths": dict(zip(spec.seeds["sample_id"].astype(str), spec.seeds["image_path"].astype(str))), "n_words": int(len(spec.prompts)),
-                "topics": list(dict.fromkeys(spec.prompts["topic"])), "assessments": assessments}
-    return GenerativeResult(
-        name=spec.name, generators=list(dict.fromkeys(records["generator"])), records=records,
-        images=images.drop(columns=["descriptor"]), pairs=pairs, words=words, topics=topics, model=model,
-        thresholds=_threshold_counts(pairs, spec.thresholds), top_words=_top_words(words, int(sc.get("top", 5))),
-        face_lost=face_lost, distribution=distribution, settings=settings, notes=notes,
-    )
+    return distribution, notes

@@ -15,8 +15,6 @@ and the least biased generator with the CI of their difference.
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,122 +22,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fairvision import __version__
 from fairvision.audits.generative.audit import PROPERTY_TESTS, GenerativeResult
+from fairvision.audits.generative.runs import GenerativeRun, load_run
 from fairvision.audits.generative.spec import DEFAULTS
-from fairvision.errors import ColumnError, FairvisionError, InputFileError
-from fairvision.io.jsonable import to_jsonable
-from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.errors import FairvisionError, ParameterError
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.metamorphic import change_test, mean_abs_score, mean_abs_score_ci
 from fairvision.stats.paired import paired_difference_test
-from fairvision.stats.resample import DEFAULT_LEVEL, cluster_bootstrap_weights, group_mean_replicates, percentile_ci
+from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
 
-__all__ = ["DESIGN_FILE", "GenerativeComparison", "GenerativeRun", "PAIRS_FILE", "compare_generative", "load_run",
-           "run_files"]
+__all__ = ["GenerativeComparison", "compare_generative"]
 
-#: the per-pair changes and the design a generative run folder carries for later comparison
-PAIRS_FILE = "generative/pairs.parquet"
-DESIGN_FILE = "generative/design.json"
-#: columns of the saved pair table (the properties are those that were assessed)
-PAIR_KEYS = ["generator", "seed_id", "topic", "word"]
-PAIR_EXTRA = ["prompt", "seed", "ok", "face_lost"]
 #: the scope name of the model-level rows of the ranking (a topic may not have this name)
 MODEL_SCOPE = "model"
 #: fewest seed photos with common pairs for a topic or model difference to be tested (one gives identical resamples)
 MIN_SEEDS = 2
-
-
-@dataclass
-class GenerativeRun:
-    """The part of a finished generative audit that a comparison needs.
-
-    Attributes
-    ----------
-    name : str
-        The spec's name.
-    pairs : DataFrame
-        One row per requested output: ``generator``, ``seed_id``, ``topic``,
-        ``word`` and the signed change of every property (NaN = not assessed).
-    settings : dict
-        The audit's score settings (``alpha``, ``level``, ``min_effect``, ...).
-    source : str
-        Where it came from (a run folder or ``result N``), for messages.
-    """
-
-    name: str
-    pairs: pd.DataFrame
-    settings: dict = field(default_factory=dict)
-    source: str = ""
-
-    @property
-    def generators(self) -> list[str]:
-        return [str(g) for g in dict.fromkeys(self.pairs["generator"])]
-
-
-def run_files(result: GenerativeResult | GenerativeRun) -> dict[str, bytes]:
-    """The files a run folder carries so that :func:`compare_generative` can read it (docs/METHODS.md §10.4).
-
-    ``generative/pairs.parquet``: the per-pair changes (keys, prompt,
-    generation seed, ``ok``, ``face_lost`` and every property);
-    ``generative/design.json``: the spec name, generators and score settings.
-    Pass them to :meth:`fairvision.report.Report.write` as ``extra_files``.
-    """
-    p = result.pairs
-    cols = PAIR_KEYS + [c for c in PAIR_EXTRA if c in p.columns] + [c for c in (*PROPERTY_TESTS, "identity")
-                                                                    if c in p.columns]
-    out = p[cols].copy()
-    for c in PAIR_KEYS + ["prompt"]:
-        if c in out.columns:
-            out[c] = out[c].astype(str)
-    for c in ("ok", "face_lost"):
-        if c in out.columns:
-            out[c] = out[c].astype(bool)
-    for c in cols[len(PAIR_KEYS):]:
-        if c not in ("prompt", "ok", "face_lost"):
-            out[c] = pd.to_numeric(out[c], errors="coerce").astype(float)
-    buf = io.BytesIO()
-    out.reset_index(drop=True).to_parquet(buf, index=False)
-    keep = ("alpha", "level", "n_boot", "correction", "min_effect", "n_seeds", "n_words", "topics")
-    design = {"fairvision": __version__, "name": result.name, "generators": list(map(str, result.generators)),
-              "settings": {k: result.settings[k] for k in keep if k in result.settings}}
-    return {PAIRS_FILE: buf.getvalue(), DESIGN_FILE: json.dumps(to_jsonable(design), indent=1).encode("utf-8")}
-
-
-def load_run(folder: str | os.PathLike) -> GenerativeRun:
-    """Read a generative run folder (written by ``fairvision audit generative``; docs/METHODS.md §10.4).
-
-    Raises
-    ------
-    InputFileError
-        Not a folder, or no ``generative/pairs.parquet`` in it (a run folder
-        written before comparisons existed: rerun the audit, which reuses its
-        outputs and stored assessments), or an unreadable file.
-    ColumnError
-        The pair table lacks a key column.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise InputFileError(f"{folder}: not a folder (give the output folder of 'fairvision audit generative')")
-    pp = folder / PAIRS_FILE
-    if not pp.is_file():
-        raise InputFileError(f"{folder}: no {PAIRS_FILE}; it is not a generative run folder, or was written by an "
-                             "older fairvision (rerun 'fairvision audit generative': outputs and assessments are reused)")
-    try:
-        pairs = pd.read_parquet(pp)
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user error
-        raise InputFileError(f"{pp}: cannot read ({type(exc).__name__}: {exc})") from exc
-    missing = [c for c in PAIR_KEYS if c not in pairs.columns]
-    if missing:
-        raise ColumnError(f"{pp}: no column {missing[0]!r}")
-    design: dict = {}
-    dp = folder / DESIGN_FILE
-    if dp.is_file():
-        try:
-            design = json.loads(dp.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputFileError(f"{dp}: cannot read ({exc})") from exc
-    return GenerativeRun(name=str(design.get("name", folder.name)), pairs=pairs, settings=design.get("settings", {}),
-                         source=str(folder))
 
 
 def _identity(x) -> object:
@@ -301,11 +199,7 @@ def compare_generative(
     *,
     names=None,
     properties=None,
-    n_boot: int = 1000,
-    level: float = DEFAULT_LEVEL,
-    alpha: float = 0.05,
-    seed: np.random.Generator | int | None = 0,
-    correction: str = DEFAULT_CORRECTION,
+    settings: AuditSettings | None = None,
     min_effect: dict | None = None,
 ) -> GenerativeComparison:
     """Compare the generators of finished generative audits on one design (docs/METHODS.md §10.4).
@@ -323,16 +217,12 @@ def compare_generative(
         prefixed with the spec name when two inputs share it.
     properties : sequence of str, optional
         Default: every property of §10.3 that every generator has values for.
-    n_boot, level, seed
-        Bootstrap replicates over seed photos (one draw for all generators,
-        properties and words), two-sided level, randomness.
-    alpha : float
-        Significance level of the flags.
-    correction : str
-        Multiple-testing correction (default
-        :data:`~fairvision.stats.corrections.DEFAULT_CORRECTION`): per
-        property across all words x generator pairs, all topics x pairs, and
-        all pairs (model scores).
+    settings : AuditSettings, optional
+        Uses ``n_boot``, ``level`` and ``seed`` (bootstrap replicates over seed
+        photos: one draw for all generators, properties and words), ``alpha``
+        (significance level of the flags) and ``correction`` (per property
+        across all words x generator pairs, all topics x pairs, and all pairs
+        of model scores).
     min_effect : dict, optional
         Minimum absolute difference for a flag, per property (default: the
         first input's, else the spec defaults).
@@ -350,12 +240,51 @@ def compare_generative(
         twice, designs that differ (seed ids, words and topics compared as
         text), a topic named ``model``, ``n_boot < 1``, an unknown property.
     """
+    settings = settings or DEFAULT_SETTINGS
     inputs = list(runs)
-    if int(n_boot) < 1:
-        raise FairvisionError(f"compare: n_boot must be at least 1 (got {n_boot})")
+    if settings.n_boot < 1:
+        raise ParameterError("n_boot", f"must be at least 1 to compare generators, not {settings.n_boot}")
     runs = [_as_run(x, i) for i, x in enumerate(inputs)]
     if not runs:
         raise FairvisionError("compare: give at least two generative runs")
+    _check_distinct(inputs, runs)
+    labels = _labels(runs, names)
+    if len(labels) < 2:
+        raise FairvisionError(f"compare: only one generator ({labels[0][1]} in {runs[0].source}); give at least two")
+    if min_effect is None:
+        min_effect = dict(DEFAULTS["min_effect"]) | dict(runs[0].settings.get("min_effect", {}))
+    notes = _settings_notes(runs, settings)
+    parts = {}
+    for i, g, lab in labels:
+        p = runs[i].pairs
+        parts[lab] = p[p["generator"].astype(str) == g].copy()
+    ref = labels[0][2]
+    where = {lab: runs[i].source for i, _, lab in labels}
+    for _, _, lab in labels[1:]:
+        _check_design((ref, parts[ref]), (lab, parts[lab]), where)
+    usable = _usable_properties(parts, properties, notes)
+    design = _Design.of(parts[ref], [lab for *_, lab in labels])
+    weights = cluster_bootstrap_weights(len(design.seeds), settings.n_boot, settings.seed)
+    rows = _Rows()
+    for prop in usable:
+        scores = _PropertyScores.of(prop, parts, design, weights, float(min_effect.get(prop, 0.0)), notes)
+        tscore = scores.generator_rows(design, settings, rows)
+        scores.pair_rows(design, tscore, settings, rows, notes)
+    tables = rows.tables()
+    ranking = _ranking(tables["topics"], tables["model"], tables["topic_tests"], tables["model_tests"], design.labels)
+    sources = {lab: f"{runs[i].source}, generator {g}" for i, g, lab in labels}
+    seed = settings.seed
+    summary = {"n_boot": settings.n_boot, "level": settings.level, "alpha": settings.alpha,
+               "correction": settings.correction, "min_effect": dict(min_effect), "properties": usable,
+               "n_seeds": len(design.seeds), "n_words": len(design.words), "topics": list(design.topics),
+               "seed": seed if isinstance(seed, (int, type(None))) else "generator"}
+    return GenerativeComparison(design.labels, sources, tables["model"], tables["topics"], tables["words"],
+                                tables["word_tests"], tables["topic_tests"], tables["model_tests"], ranking,
+                                summary, notes)
+
+
+def _check_distinct(inputs: list, runs: list[GenerativeRun]) -> None:
+    """No generator of the same run (the same folder or result object) given twice."""
     seen: dict = {}
     for i, (x, r) in enumerate(zip(inputs, runs)):
         for g in r.generators:
@@ -365,28 +294,24 @@ def compare_generative(
                 raise FairvisionError(f"compare: generator {g}{where} is given twice (inputs {seen[key] + 1} and "
                                       f"{i + 1}); compare different runs or generators")
             seen[key] = i
-    labels = _labels(runs, names)
-    if len(labels) < 2:
-        raise FairvisionError(f"compare: only one generator ({labels[0][1]} in {runs[0].source}); give at least two")
-    if min_effect is None:
-        min_effect = dict(DEFAULTS["min_effect"]) | dict(runs[0].settings.get("min_effect", {}))
+
+
+def _settings_notes(runs: list[GenerativeRun], settings: AuditSettings) -> list[str]:
+    """Notes on runs whose own minimum effects, alpha or level differ from what the comparison uses."""
     notes = []
     for r in runs[1:]:
         if r.settings.get("min_effect") and r.settings.get("min_effect") != runs[0].settings.get("min_effect"):
             notes.append(f"{r.source} used other minimum effects; the comparison uses {runs[0].source}'s")
-    for key, value in (("alpha", alpha), ("level", level)):
+    for key, value in (("alpha", settings.alpha), ("level", settings.level)):
         used = {r.source: r.settings[key] for r in runs if r.settings.get(key) is not None}
         if any(float(v) != float(value) for v in used.values()):
             notes.append(f"the runs used {key} " + ", ".join(f"{v:g} ({src})" for src, v in used.items())
                          + f"; this comparison uses {key} {float(value):g}")
-    parts = {}
-    for i, g, lab in labels:
-        p = runs[i].pairs
-        parts[lab] = p[p["generator"].astype(str) == g].copy()
-    ref = labels[0][2]
-    where = {lab: runs[i].source for i, _, lab in labels}
-    for _, _, lab in labels[1:]:
-        _check_design((ref, parts[ref]), (lab, parts[lab]), where)
+    return notes
+
+
+def _usable_properties(parts: dict[str, pd.DataFrame], properties, notes: list[str]) -> list[str]:
+    """The properties every generator has an assessed value of (a note for each one left out)."""
     props = list(properties) if properties is not None else list(PROPERTY_TESTS)
     unknown = [p for p in props if p not in PROPERTY_TESTS]
     if unknown:
@@ -402,37 +327,89 @@ def compare_generative(
         usable.append(prop)
     if not usable:
         raise FairvisionError("compare: no property was assessed for every generator")
-    # the design: words in the first generator's order, seeds sorted
-    ref_p = parts[ref]
-    first = ref_p.drop_duplicates("word")
-    topic_of = pd.Series(first["topic"].astype(str).to_numpy(), index=first["word"].astype(str).to_numpy())
-    words = pd.Index(topic_of.index.astype(str), name="word")
-    seeds = pd.Index(sorted(ref_p["seed_id"].astype(str).unique()), name="seed_id")
-    W, S, G = len(words), len(seeds), len(labels)
-    glabels = [lab for *_, lab in labels]
-    topics = pd.Index(pd.unique(topic_of.astype(str).to_numpy()))
-    if MODEL_SCOPE in topics:
-        raise FairvisionError(f"compare: a topic is named {MODEL_SCOPE!r}, the ranking's name for the scores over all "
-                              "words; rename that topic in the words file and rerun the audits")
-    tcode = topics.get_indexer(topic_of.astype(str).to_numpy())
-    weights = cluster_bootstrap_weights(S, int(n_boot), seed)
-    wgrid, sgrid = np.meshgrid(np.arange(W), np.arange(S), indexing="ij")
-    rows_w, rows_t, rows_m, rows_wt, rows_tt, rows_mt = [], [], [], [], [], []
-    for prop in usable:
+    return usable
+
+
+@dataclass
+class _Design:
+    """The seeds x words design all generators share: words in the first generator's order, seeds sorted,
+    the topics and each word's topic index (``tcode``)."""
+
+    labels: list
+    words: pd.Index
+    seeds: pd.Index
+    topics: pd.Index
+    tcode: np.ndarray
+
+    @classmethod
+    def of(cls, ref_pairs: pd.DataFrame, labels: list) -> _Design:
+        first = ref_pairs.drop_duplicates("word")
+        topic_of = pd.Series(first["topic"].astype(str).to_numpy(), index=first["word"].astype(str).to_numpy())
+        words = pd.Index(topic_of.index.astype(str), name="word")
+        seeds = pd.Index(sorted(ref_pairs["seed_id"].astype(str).unique()), name="seed_id")
+        topics = pd.Index(pd.unique(topic_of.astype(str).to_numpy()))
+        if MODEL_SCOPE in topics:
+            raise FairvisionError(f"compare: a topic is named {MODEL_SCOPE!r}, the ranking's name for the scores over "
+                                  "all words; rename that topic in the words file and rerun the audits")
+        return cls(labels, words, seeds, topics, topics.get_indexer(topic_of.astype(str).to_numpy()))
+
+    def scopes(self) -> list[tuple[str | None, np.ndarray]]:
+        """``(topic, its words)`` for every topic, then ``(None, all words)`` for the model score."""
+        return [(t, self.tcode == t_i) for t_i, t in enumerate(self.topics)] + [(None, np.ones(len(self.words), bool))]
+
+
+@dataclass
+class _Rows:
+    """The rows of the comparison's tables, filled property by property."""
+
+    words: list = field(default_factory=list)
+    topics: list = field(default_factory=list)
+    model: list = field(default_factory=list)
+    word_tests: list = field(default_factory=list)
+    topic_tests: list = field(default_factory=list)
+    model_tests: list = field(default_factory=list)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        index = {"words": ["property", "word", "generator"], "topics": ["property", "topic", "generator"],
+                 "model": ["property", "generator"], "word_tests": ["property", "word", "a", "b"],
+                 "topic_tests": ["property", "topic", "a", "b"], "model_tests": ["property", "a", "b"]}
+        return {name: pd.DataFrame(getattr(self, name)).set_index(keys) for name, keys in index.items()}
+
+
+@dataclass
+class _PropertyScores:
+    """One property's values on the design (``cube``: generator x word x seed, NaN where not assessed), the
+    seed-word pairs every generator has (``common``), and per generator and word the mean change
+    (``est``), its bootstrap replicates (``reps``), the test's p-value (``pv``) and the seeds behind it (``n_w``)."""
+
+    prop: str
+    test: str
+    min_effect: float
+    cube: np.ndarray
+    common: np.ndarray
+    est: np.ndarray
+    reps: np.ndarray
+    pv: np.ndarray
+    n_w: np.ndarray
+
+    @classmethod
+    def of(cls, prop: str, parts: dict[str, pd.DataFrame], design: _Design, weights: np.ndarray, min_effect: float,
+           notes: list[str]) -> _PropertyScores:
         test = PROPERTY_TESTS[prop]
-        me = float(min_effect.get(prop, 0.0))
+        W, S, G = len(design.words), len(design.seeds), len(design.labels)
         cube = np.full((G, W, S), np.nan)
-        for k, lab in enumerate(glabels):
+        for k, lab in enumerate(design.labels):
             p = parts[lab]
             v = pd.to_numeric(p[prop], errors="coerce")
             cell = v.groupby([p["word"].astype(str), p["seed_id"].astype(str)], sort=False).mean()
-            wi = words.get_indexer(cell.index.get_level_values(0))
-            si = seeds.get_indexer(cell.index.get_level_values(1))
+            wi = design.words.get_indexer(cell.index.get_level_values(0))
+            si = design.seeds.get_indexer(cell.index.get_level_values(1))
             cube[k, wi, si] = cell.to_numpy(float)
         common = np.isfinite(cube).all(axis=0)
         n_drop = int(np.isfinite(cube).any(axis=0).sum() - common.sum())
         if n_drop:
             notes.append(f"{prop}: {n_drop:,} seed-word pairs assessed for some generators only are left out")
+        wgrid, sgrid = np.meshgrid(np.arange(W), np.arange(S), indexing="ij")
         wc, sc = wgrid[common], sgrid[common]
         n_w = common.sum(axis=1)
         est = np.full((G, W), np.nan)
@@ -446,73 +423,69 @@ def compare_generative(
             for j in range(W):
                 if n_w[j]:
                     pv[k, j] = float(change_test(cube[k, j][common[j]], test).pvalue)
-        # per generator: words, topics, model
-        for k, lab in enumerate(glabels):
-            lo, hi = percentile_ci(reps[k], level)
-            padj = adjust_pvalues(pv[k], correction)
-            for j, w in enumerate(words):
-                rows_w.append({"property": prop, "word": w, "generator": lab, "topic": topics[tcode[j]],
-                               "n": int(n_w[j]), "estimate": est[k, j], "ci_low": lo[j], "ci_high": hi[j],
-                               "level": level, "pvalue": pv[k, j], "pvalue_adjusted": padj[j],
-                               "flagged": bool(padj[j] < alpha and abs(est[k, j]) >= me)})
+        return cls(prop, test, min_effect, cube, common, est, reps, pv, n_w)
+
+    def generator_rows(self, design: _Design, settings: AuditSettings, rows: _Rows) -> dict:
+        """Word, topic and model score rows of every generator; returns ``(topic, generator) -> (score,
+        replicates)`` (topic None: the model score) for the differences."""
+        prop, level = self.prop, settings.level
+        for k, lab in enumerate(design.labels):
+            lo, hi = percentile_ci(self.reps[k], level)
+            padj = adjust_pvalues(self.pv[k], settings.correction)
+            for j, w in enumerate(design.words):
+                rows.words.append({"property": prop, "word": w, "generator": lab, "topic": design.topics[design.tcode[j]],
+                                   "n": int(self.n_w[j]), "estimate": self.est[k, j], "ci_low": lo[j], "ci_high": hi[j],
+                                   "level": level, "pvalue": self.pv[k, j], "pvalue_adjusted": padj[j],
+                                   "flagged": bool(padj[j] < settings.alpha and abs(self.est[k, j]) >= self.min_effect)})
         tscore = {}
-        for t_i, t in enumerate([*topics, None]):
-            sel = np.ones(W, bool) if t is None else tcode == t_i
-            for k, lab in enumerate(glabels):
-                e, r, nw = mean_abs_score(est[k], reps[k], sel)
+        for t, sel in design.scopes():
+            for k, lab in enumerate(design.labels):
+                e, r, nw = mean_abs_score(self.est[k], self.reps[k], sel)
                 tscore[(t, lab)] = (e, r)
                 # mean |score| is biased upwards under resampling: interval centred on the estimate (§10.4)
                 lo, hi = mean_abs_score_ci(e, r, level)
                 row = {"property": prop, "generator": lab, "n_words": nw, "estimate": e, "ci_low": lo,
                        "ci_high": hi, "level": level}
-                (rows_m if t is None else rows_t).append(row if t is None else {**row, "topic": t})
-        # generator pairs; topic and model differences need two seeds with common pairs (one: identical resamples)
-        n_seed_scope = [int(common[np.ones(W, bool) if t is None else tcode == t_i].any(axis=0).sum())
-                        for t_i, t in enumerate([*topics, None])]
-        few = [("all words" if t is None else f"topic {t}") for t, n in zip([*topics, None], n_seed_scope)
-               if n < MIN_SEEDS]
+                (rows.model if t is None else rows.topics).append(row if t is None else {**row, "topic": t})
+        return tscore
+
+    def pair_rows(self, design: _Design, tscore: dict, settings: AuditSettings, rows: _Rows, notes: list[str]) -> None:
+        """Word, topic and model differences of every two generators, corrected and flagged per family."""
+        prop, level, common, labels = self.prop, settings.level, self.common, design.labels
+        # topic and model differences need two seeds with common pairs (one: identical resamples)
+        scopes = design.scopes()
+        n_seed_scope = [int(common[sel].any(axis=0).sum()) for _, sel in scopes]
+        few = [("all words" if t is None else f"topic {t}") for (t, _), n in zip(scopes, n_seed_scope) if n < MIN_SEEDS]
         if few:
             notes.append(f"{prop}: topic and model differences need at least {MIN_SEEDS} seed photos with pairs every "
                          f"generator has; not tested for {_few(few)}")
-        wt_start, tt_start, mt_start = len(rows_wt), len(rows_tt), len(rows_mt)
+        starts = [len(rows.word_tests), len(rows.topic_tests), len(rows.model_tests)]
+        G = len(labels)
         for a, b in ((a, b) for a in range(G) for b in range(a + 1, G)):  # pairs of generators
-            dre = reps[a] - reps[b]
-            lo, hi = percentile_ci(dre, level)
-            for j, w in enumerate(words):
-                d = cube[a, j][common[j]] - cube[b, j][common[j]]
-                ct = change_test(d, test) if d.size else None
+            lo, hi = percentile_ci(self.reps[a] - self.reps[b], level)
+            for j, w in enumerate(design.words):
+                d = self.cube[a, j][common[j]] - self.cube[b, j][common[j]]
+                ct = change_test(d, self.test) if d.size else None
                 stat, p = (float(ct.statistic), float(ct.pvalue)) if ct is not None else (float("nan"), float("nan"))
-                rows_wt.append({"property": prop, "word": w, "a": glabels[a], "b": glabels[b],
-                                "topic": topics[tcode[j]], "n": int(d.size), "estimate": est[a, j] - est[b, j],
-                                "ci_low": lo[j], "ci_high": hi[j], "level": level, "statistic": stat, "pvalue": p})
-            for t_i, t in enumerate([*topics, None]):
-                (ea, ra), (eb, rb) = tscore[(t, glabels[a])], tscore[(t, glabels[b])]
+                rows.word_tests.append({"property": prop, "word": w, "a": labels[a], "b": labels[b],
+                                        "topic": design.topics[design.tcode[j]], "n": int(d.size),
+                                        "estimate": self.est[a, j] - self.est[b, j], "ci_low": lo[j],
+                                        "ci_high": hi[j], "level": level, "statistic": stat, "pvalue": p})
+            for (t, _), n_seeds in zip(scopes, n_seed_scope):
+                (ea, ra), (eb, rb) = tscore[(t, labels[a])], tscore[(t, labels[b])]
                 r = paired_difference_test(ea, eb, ra, rb, level=level)
-                row = {"property": prop, "a": glabels[a], "b": glabels[b], "score_a": ea, "score_b": eb,
+                row = {"property": prop, "a": labels[a], "b": labels[b], "score_a": ea, "score_b": eb,
                        "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "level": level, "se": r.se,
                        "statistic": r.statistic, "pvalue": r.pvalue}
-                if n_seed_scope[t_i] < MIN_SEEDS:  # every resample alike: no interval, no test
+                if n_seeds < MIN_SEEDS:  # every resample alike: no interval, no test
                     row |= {"ci_low": np.nan, "ci_high": np.nan, "se": np.nan, "statistic": np.nan, "pvalue": np.nan}
-                (rows_mt if t is None else rows_tt).append(row if t is None else {**row, "topic": t})
-        for rows, start in ((rows_wt, wt_start), (rows_tt, tt_start), (rows_mt, mt_start)):
-            fam = rows[start:]
-            adj = adjust_pvalues(np.array([r["pvalue"] for r in fam], dtype=float), correction)
+                (rows.model_tests if t is None else rows.topic_tests).append(row if t is None else {**row, "topic": t})
+        for family, start in zip((rows.word_tests, rows.topic_tests, rows.model_tests), starts):
+            fam = family[start:]
+            adj = adjust_pvalues(np.array([r["pvalue"] for r in fam], dtype=float), settings.correction)
             for r, pa in zip(fam, adj):
                 r["pvalue_adjusted"] = float(pa)
-                r["flagged"] = bool(pa < alpha and abs(r["estimate"]) >= me)
-    words_df = pd.DataFrame(rows_w).set_index(["property", "word", "generator"])
-    topics_df = pd.DataFrame(rows_t).set_index(["property", "topic", "generator"])
-    model_df = pd.DataFrame(rows_m).set_index(["property", "generator"])
-    wt_df = pd.DataFrame(rows_wt).set_index(["property", "word", "a", "b"])
-    tt_df = pd.DataFrame(rows_tt).set_index(["property", "topic", "a", "b"])
-    mt_df = pd.DataFrame(rows_mt).set_index(["property", "a", "b"])
-    ranking = _ranking(topics_df, model_df, tt_df, mt_df, glabels)
-    sources = {lab: f"{runs[i].source}, generator {g}" for i, g, lab in labels}
-    settings = {"n_boot": int(n_boot), "level": level, "alpha": alpha, "correction": correction,
-                "min_effect": dict(min_effect), "properties": usable, "n_seeds": S, "n_words": W,
-                "topics": list(topics), "seed": seed if isinstance(seed, (int, type(None))) else "generator"}
-    return GenerativeComparison(glabels, sources, model_df, topics_df, words_df, wt_df, tt_df, mt_df, ranking,
-                                settings, notes)
+                r["flagged"] = bool(pa < settings.alpha and abs(r["estimate"]) >= self.min_effect)
 
 
 def _ranking(topics: pd.DataFrame, model: pd.DataFrame, tt: pd.DataFrame, mt: pd.DataFrame,

@@ -44,13 +44,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from fairvision.audits.diagnosis.counterfactual import audit_colour_transect
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.engine import content_key, imap
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes
 from fairvision.io.images import encode_png, read_image
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
 from fairvision.skin.masks import skin_mask
+from fairvision.skin.transect import shift_region_colour
 
 MANIFEST = "manifest.jsonl"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -113,7 +114,7 @@ class ColourEditor(Generator):
         ``word -> {"L": dL, "h": dh}``: requested change of the skin region's
         mean L* (negative = darker) and rotation of its hue angle (degrees,
         positive = yellower), applied with
-        :func:`fairvision.audits.diagnosis.counterfactual.audit_colour_transect`
+        :func:`fairvision.skin.transect.shift_region_colour`
         inside the automatic skin mask. Words not listed are left unchanged.
     noise_L, noise_h : float
         Standard deviation of a jitter added to every output's L* / h* shift,
@@ -154,9 +155,9 @@ class ColourEditor(Generator):
             raise FairvisionError(f"no skin mask to edit ({res.reason or 'no face'})")
         out = img
         if d_l:
-            out = audit_colour_transect(out, res.mask, axis="L", delta=d_l).image
+            out = shift_region_colour(out, res.mask, axis="L", delta=d_l).image
         if d_h:
-            out = audit_colour_transect(out, res.mask, axis="h", delta=d_h).image
+            out = shift_region_colour(out, res.mask, axis="h", delta=d_h).image
         return out
 
 
@@ -449,7 +450,7 @@ def read_manifest(path: Path) -> pd.DataFrame:
 
 
 def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: str | Path, *,
-             base: Path | None = None, workers: int = 1, engine: str = "local", address: str | None = None,
+             base: Path | None = None, settings: AuditSettings | None = None,
              progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Generate every (seed, prompt, generation seed) output not made yet; return all their records.
 
@@ -464,9 +465,10 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     workdir : path
         Outputs go to ``workdir/<generator>/<seed_id>/<word>__s<seed>.png`` and
         records to ``workdir/<generator>/manifest.jsonl``.
-    workers : int
-        Parallel workers (each builds its own generator); use 1 for a model
-        that holds a GPU or a web UI that serves one request at a time.
+    settings : AuditSettings, optional
+        Uses ``engine``, ``address`` and ``workers``: parallel workers (each
+        builds its own generator; default 1); use 1 for a model that holds a
+        GPU or a web UI that serves one request at a time.
     progress : callable, optional
         ``progress(done, total)`` after each output.
 
@@ -478,6 +480,7 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
         (why it failed), ``sha256`` of the PNG, ``params`` (JSON) and
         ``params_hash``.
     """
+    settings = settings or DEFAULT_SETTINGS
     gen = make_generator(config, base)  # validates the config here, before any work
     root = Path(workdir) / slug(gen.name)
     root.mkdir(parents=True, exist_ok=True)
@@ -506,8 +509,9 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     total = len(todo) + len(kept)
     new = []
     if todo:
-        outcomes = imap(_generate_one, todo, workers=max(1, int(workers)), engine=engine, address=address,
-                        initializer=_init_worker, initargs=(config, str(base) if base else None), ordered=False)
+        outcomes = imap(_generate_one, todo, workers=settings.workers, engine=settings.engine,
+                        address=settings.address, initializer=_init_worker,
+                        initargs=(config, str(base) if base else None), ordered=False)
         with open(manifest, "a", encoding="utf-8") as fh:
             for oc in outcomes:
                 if oc.ok:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.datasets import demo_path, from_folder, load_portraits
-from fairvision.errors import FairvisionError, InputFileError
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, read_table
 from fairvision.io.toml import read_toml
 from fairvision.stats.corrections import DEFAULT_CORRECTION
@@ -57,6 +58,9 @@ class GenerativeSpec:
         One configuration per generator (``kind``, ``name``, ``seeds`` and
         kind-specific keys).
     assessors, thresholds, min_effect, scores : dict
+    settings : AuditSettings
+        The ``[scores]`` statistics (``correction``, ``alpha``, ``n_boot``,
+        ``level``, ``seed``), validated when the spec is read.
     """
 
     path: Path
@@ -70,6 +74,11 @@ class GenerativeSpec:
     min_effect: dict = field(default_factory=dict)
     scores: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)
+    settings: AuditSettings = DEFAULT_SETTINGS
+
+    def run_settings(self, settings: AuditSettings) -> AuditSettings:
+        """The spec's score settings, run where ``settings`` says (its ``engine``, ``address`` and ``workers``)."""
+        return self.settings.replace(engine=settings.engine, address=settings.address, workers=settings.workers)
 
 
 def default_words() -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -212,16 +221,17 @@ def load_spec(path: str | Path) -> GenerativeSpec:
             raise _err(path, "thresholds", f"{k} must be a list of positive numbers")
     min_effect = {**DEFAULTS["min_effect"], **_table(doc, "min_effect", path)}
     scores = {**DEFAULTS["scores"], **_table(doc, "scores", path)}
-    if not 0 < float(scores["level"]) < 1:
-        raise _err(path, "scores", "level must lie between 0 and 1")
-    if not 0 < float(scores["alpha"]) < 1:
-        raise _err(path, "scores", "alpha must lie between 0 and 1")
+    try:
+        settings = AuditSettings(correction=scores["correction"], alpha=float(scores["alpha"]),
+                                 n_boot=int(scores["n_boot"]), level=float(scores["level"]), seed=int(scores["seed"]))
+    except (ParameterError, TypeError, ValueError) as exc:
+        raise _err(path, "scores", str(exc)) from None
     return GenerativeSpec(
         path=path, name=str(doc.get("name", path.stem)), workdir=_resolve(base, str(doc.get("workdir", "work"))),
         seeds=_read_seeds(_table(doc, "seeds", path), base, path),
         prompts=_read_prompts(_table(doc, "prompts", path), base, path),
         generators=_read_generators(doc, path), assessors=assessors, thresholds=thresholds,
-        min_effect=min_effect, scores=scores, raw=doc,
+        min_effect=min_effect, scores=scores, raw=doc, settings=settings,
     )
 
 

@@ -1,7 +1,7 @@
 """A runnable bias-transfer study on the bundled FairFace sample (docs/METHODS.md §11.4).
 
 dlib face descriptors of the 540 photos (the vision extra; computed once per
-run through :func:`fairvision.audits.retrieval.embed_images`), the FairFace
+run through :func:`fairvision.vision.face_descriptor_batch.embed_face_images`), the FairFace
 age groups folded into three bands (0-19, 20-49, 50+), subsets designed by
 :func:`~fairvision.audits.transfer.design.design_subsets`, one scikit-learn
 logistic regression per subset, and :func:`~fairvision.audits.transfer.study.audit_transfer`
@@ -21,16 +21,20 @@ import numpy as np
 import pandas as pd
 from sklearn.linear_model import LogisticRegression
 
-from fairvision.audits.retrieval import embed_images
+from fairvision.audits.settings import AuditSettings
 from fairvision.audits.transfer.design import SubsetDesign, design_subsets
 from fairvision.audits.transfer.study import PRED_COL, TransferStudyResult, audit_transfer
 from fairvision.datasets import load_demo
-from fairvision.errors import FairvisionError
+from fairvision.errors import FairvisionError, ParameterError
 from fairvision.schema import Attribute, Schema
+from fairvision.vision.face_descriptor_batch import embed_face_images
 
 AGE_BANDS = {"0-2": "0-19", "3-9": "0-19", "10-19": "0-19", "20-29": "20-49", "30-39": "20-49", "40-49": "20-49",
              "50-59": "50+", "60-69": "50+", "70+": "50+"}
 LABELS = {"gender": "age_band", "age_band": "gender"}
+#: settings of :func:`run_demo` when given none: two processes describe the faces, and every test group with a
+#: subject enters OD (as :data:`fairvision.audits.transfer.study.DEFAULTS`)
+DEFAULTS = AuditSettings(workers=2, min_subjects=1)
 
 
 @dataclass
@@ -66,7 +70,7 @@ def _pick(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
     return pd.concat(parts).sort_index()
 
 
-def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 2, n_boot: int = 1000, seed: int = 0,
+def run_demo(*, label: str = "gender", limit: int | None = None, settings: AuditSettings | None = None,
              progress: Callable[[str], None] | None = None, store=None) -> DemoStudy:
     """Describe the faces, design the subsets, train one logistic regression per subset and audit them.
 
@@ -76,17 +80,20 @@ def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 
         What the models predict; the other one is the demographic attribute.
     limit : int, optional
         Use only this many photos (a quick run; stratified by gender and age band).
-    workers : int
-        Processes for the face descriptors.
-    n_boot, seed
-        Bootstrap replicates and randomness.
+    settings : AuditSettings, optional
+        ``workers`` (with ``engine`` and ``address``) for the face descriptors, ``seed`` of the photo choice, the
+        subsets and the bootstrap, and the study's options (:func:`~fairvision.audits.transfer.study.audit_transfer`).
+        Default :data:`DEFAULTS` (two workers, ``min_subjects`` 1).
     progress : callable, optional
         ``progress(message)`` at every step.
     store : fairvision.io.store.ResultsStore, optional
         Keeps the face descriptors, so a second run describes no face again.
     """
+    settings = settings or DEFAULTS
+    seed = settings.seed
     if label not in LABELS:
-        raise FairvisionError(f"--label must be one of {', '.join(LABELS)}, not {label!r}")
+        raise ParameterError("label", f"must be one of {', '.join(LABELS)}, not {label!r}")
+    settings.require_bootstrap("the study needs bootstrap replicates")  # before the faces are described
     say = progress or (lambda msg: None)
     attr = LABELS[label]
     df = load_demo()
@@ -94,7 +101,7 @@ def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 
     df["gender"] = df["gender"].astype(str)
     df = _pick(df, limit, seed).reset_index(drop=True)
     say(f"describing {len(df)} faces")
-    emb = embed_images(df["image_path"], df["sample_id"], workers=workers, store=store)
+    emb = embed_face_images(df["image_path"], df["sample_id"], settings=settings, store=store)
     if len(emb.ids) < 30:
         raise FairvisionError(f"only {len(emb.ids)} of {len(df)} photos have a detectable face; too few for the demo")
     vectors = pd.DataFrame(emb.embeddings, index=pd.Index(emb.ids, name="sample_id"))
@@ -104,7 +111,7 @@ def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 
     schema = Schema().add(Attribute("age_band", categories=("0-19", "20-49", "50+"), ordered=True)).add(
         Attribute("gender", categories=("Female", "Male")))
     say("designing subsets")
-    design = design_subsets(data, label, [attr], schema=schema, seed=seed, test_fraction=0.3)
+    design = design_subsets(data, label, [attr], schema=schema, test_fraction=0.3, settings=settings)
     x_test = vectors.loc[design.test["sample_id"]].to_numpy()
     predictions = {}
     for name, sub in design.subsets.items():
@@ -117,7 +124,7 @@ def run_demo(*, label: str = "gender", limit: int | None = None, workers: int = 
         predictions[name] = pd.DataFrame({"sample_id": design.test["sample_id"].to_numpy(),
                                           PRED_COL: model.predict(x_test)})
     say("auditing")
-    result = audit_transfer(design, predictions, n_boot=n_boot, seed=seed)
+    result = audit_transfer(design, predictions, settings=settings)
     failed = emb.failed
     meta = {"faces": len(emb.ids), "photos": len(df), "no_face": int(len(failed)), "label": label, "attribute": attr}
     if len(failed):

@@ -33,7 +33,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fairvision.errors import FairvisionError, InputFileError
+from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from fairvision.groups import group_counts, memberships, subject_codes
 from fairvision.io.tables import SUBJECT_ID, read_table, write_table
 from fairvision.io.validate import check_missing_rule
@@ -175,7 +176,7 @@ def design_subsets(
     subject_col: str | None = None,
     schema: Schema | None = None,
     missing: str = "error",
-    seed: int = 0,
+    settings: AuditSettings | None = None,
 ) -> SubsetDesign:
     """Hold out a common test set and draw the training subsets of a bias-transfer study (docs/METHODS.md §11.1).
 
@@ -204,32 +205,18 @@ def design_subsets(
         Declared categories, bins.
     missing : {"error", "drop", "keep"}
         Empty label or attribute cells.
-    seed : int
-        Randomness of the test split and of the subsets.
+    settings : AuditSettings, optional
+        ``seed``: randomness of the test split and of the subsets (a whole number).
 
     Returns
     -------
     SubsetDesign
     """
+    seed = (settings or DEFAULT_SETTINGS).integer_seed("the design records it")
     source = str(data.attrs.get("source", "table"))
     check_missing_rule(missing)
     attributes = list(attributes)
-    if not attributes:
-        raise FairvisionError("give at least one demographic attribute (--attr)")
-    if label in attributes:
-        raise FairvisionError(f"--label {label!r} is also an --attr; the label is what the models predict")
-    if len(set(attributes)) != len(attributes):
-        raise FairvisionError(f"attribute listed twice: {', '.join(attributes)}")
-    bad = [d for d in designs if d not in DESIGNS]
-    if bad or not designs:
-        raise FairvisionError(f"unknown design {bad[0] if bad else ''!r}; choose from {', '.join(DESIGNS)}")
-    fractions = sorted({float(f) for f in fractions})
-    if "stratified" in designs and (not fractions or any(not 0 < f <= 1 for f in fractions)):
-        raise FairvisionError("--fraction must lie in (0, 1]")
-    if not 0 <= test_fraction < 1:
-        raise FairvisionError(f"--test-fraction must lie in [0, 1), not {test_fraction}")
-    if size is not None and size < 1:
-        raise FairvisionError(f"--size must be at least 1, not {size}")
+    fractions = _checked_options(label, attributes, designs, fractions, test_fraction, size)
     if subject_col is None and SUBJECT_ID in data.columns:
         subject_col = SUBJECT_ID
     subjects = subject_codes(data, subject_col, source=source, rows_as_subjects=True)
@@ -241,10 +228,65 @@ def design_subsets(
     radix = [len(fixed[n].categories) for n in [label, *attributes]]
     joint = np.ravel_multi_index(tuple(c[keep] for c in codes), radix)
     rng = np.random.default_rng(seed)
-
-    # 1. the common test set: whole subjects, stratified by the cell of each subject's first row
     rows_all = np.flatnonzero(keep)
-    subj = subjects[rows_all]
+    in_test = _test_subjects(subjects[rows_all], joint, test_fraction, rng)
+    test_rows, pool_rows = rows_all[in_test], rows_all[~in_test]
+    if len(pool_rows) == 0:
+        raise FairvisionError(f"{source}: nothing left to train on after holding out the test set")
+    drawn = _Draws(joint[~in_test], rng.random(len(pool_rows)))
+    if "stratified" in designs:
+        for f in fractions:
+            drawn.add(_fraction_name(f), "stratified", drawn.stratified(int(round(f * len(pool_rows)))), fraction=f)
+    matched: list[int] = []
+    if {"balanced", "single"} & set(designs):
+        pool_codes = [c[pool_rows] for c in codes]
+        for i, a in enumerate(attributes, start=1):
+            groups = fixed[a].categories
+            cell = pool_codes[0] * len(groups) + pool_codes[i]
+            n_rows = _draw_balanced(drawn, a, groups, fixed[label].categories, cell, designs, size)
+            if n_rows:
+                matched.append(n_rows)
+    if "stratified" in designs:
+        have = {r["size"] for r in drawn.catalog if r["family"] == "stratified"}
+        for n_rows in sorted(set(matched)):
+            if n_rows not in have:
+                drawn.add(f"stratified_n{n_rows}", "stratified", drawn.stratified(n_rows), fraction=n_rows / len(pool_rows))
+    if not drawn.picked:
+        notes = drawn.notes
+        raise FairvisionError(f"{source}: no subset could be drawn" + (f" ({'; '.join(notes)})" if notes else ""))
+
+    table = data.reset_index(drop=True)
+    subsets = {name: table.iloc[pool_rows[rows]].reset_index(drop=True) for name, rows in drawn.picked.items()}
+    test = table.iloc[test_rows].reset_index(drop=True)
+    design = SubsetDesign(label, attributes, fixed, subject_col, int(seed), float(test_fraction), test, subsets,
+                          pd.DataFrame(drawn.catalog), notes=drawn.notes, n_pool=int(len(pool_rows)))
+    return with_metrics(design)
+
+
+def _checked_options(label: str, attributes: list[str], designs: Sequence[str], fractions: Sequence[float],
+                     test_fraction: float, size: int | None) -> list[float]:
+    """Check the design's options; the stratified fractions, sorted and without repeats."""
+    if not attributes:
+        raise ParameterError("attributes", "is empty: give at least one demographic attribute")
+    if label in attributes:
+        raise ParameterError("label", f"{label!r} is also an attribute; the label is what the models predict")
+    if len(set(attributes)) != len(attributes):
+        raise ParameterError("attributes", f"list one attribute twice: {', '.join(attributes)}")
+    bad = [d for d in designs if d not in DESIGNS]
+    if bad or not designs:
+        raise ParameterError("designs", f"must be among {', '.join(DESIGNS)}, not {bad[0] if bad else ''!r}")
+    fractions = sorted({float(f) for f in fractions})
+    if "stratified" in designs and (not fractions or any(not 0 < f <= 1 for f in fractions)):
+        raise ParameterError("fractions", "must lie in (0, 1]")
+    if not 0 <= test_fraction < 1:
+        raise ParameterError("test_fraction", f"must lie in [0, 1), not {test_fraction}")
+    if size is not None and size < 1:
+        raise ParameterError("size", f"must be at least 1, not {size}")
+    return fractions
+
+
+def _test_subjects(subj: np.ndarray, joint: np.ndarray, test_fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """Which rows are in the common test set: whole subjects, stratified by the cell of each subject's first row."""
     first = pd.Series(joint).groupby(subj).first()
     test_subjects = np.zeros(0, dtype=np.int64)
     if test_fraction > 0:
@@ -255,86 +297,67 @@ def design_subsets(
         chosen = [s_ids[np.flatnonzero(s_cell == c)[np.argsort(s_pri[s_cell == c], kind="stable")[:q]]]
                   for c, q in zip(cells, quota) if q > 0]
         test_subjects = np.concatenate(chosen) if chosen else test_subjects
-    in_test = np.isin(subj, test_subjects)
-    test_rows, pool_rows = rows_all[in_test], rows_all[~in_test]
-    if len(pool_rows) == 0:
-        raise FairvisionError(f"{source}: nothing left to train on after holding out the test set")
-    pool_joint = joint[~in_test]
-    pool_codes = [c[pool_rows] for c in codes]
-    priority = rng.random(len(pool_rows))
-    n_cls = radix[0]
-    classes = fixed[label].categories
-    notes: list[str] = []
-    picked: dict[str, np.ndarray] = {}
-    catalog: list[dict] = []
+    return np.isin(subj, test_subjects)
 
-    def add(name, family, rows, attribute=None, group=None, fraction=float("nan")):
-        picked[name] = rows
-        catalog.append({"subset": name, "family": family, "attribute": attribute, "group": group,
-                        "fraction": fraction, "size": int(rows.size)})
 
-    def stratified(n: int) -> np.ndarray:
-        cells, counts = np.unique(pool_joint, return_counts=True)
-        quota = apportion(counts * (n / len(pool_rows)), n)
-        return _take(priority, pool_joint, dict(zip(cells.tolist(), quota.tolist())))
+class _Draws:
+    """The subsets drawn from the pool so far: rows (pool positions) by name, the catalog and notes."""
 
-    if "stratified" in designs:
-        for f in fractions:
-            add(_fraction_name(f), "stratified", stratified(int(round(f * len(pool_rows)))), fraction=f)
+    def __init__(self, pool_joint: np.ndarray, priority: np.ndarray):
+        self.pool_joint, self.priority = pool_joint, priority
+        self.picked: dict[str, np.ndarray] = {}
+        self.catalog: list[dict] = []
+        self.notes: list[str] = []
 
-    matched: list[int] = []
-    for i, a in enumerate(attributes, start=1):
-        if not {"balanced", "single"} & set(designs):
-            break
-        groups = fixed[a].categories
-        G = len(groups)
-        cell = pool_codes[0] * G + pool_codes[i]
-        n = np.bincount(cell, minlength=n_cls * G).reshape(n_cls, G)
-        if G < 2:
-            notes.append(f"{a}: one group only ({groups[0]}); no balanced or single-group subset")
-            continue
-        per_cell_max = int((n // G).min()) if "single" in designs else int(n.min())
-        if size is not None:
-            if size % (n_cls * G):
-                raise FairvisionError(f"--size {size} is not a multiple of classes x groups of {a!r} ({n_cls} x {G} = "
-                                      f"{n_cls * G}); a balanced subset needs the same count in every cell")
-            m = size // (n_cls * G)
-            if m > per_cell_max:
-                c, g = np.unravel_index(int(np.argmin(n)), n.shape)
-                need = m * G if "single" in designs else m
-                raise FairvisionError(f"--size {size} is too large for {a!r}: it needs {need} training rows of class "
-                                      f"{classes[c]!r} in group {groups[g]!r}, which has {int(n[c, g])}; the largest "
-                                      f"possible size is {per_cell_max * n_cls * G}")
-        else:
-            m = per_cell_max
-        if m == 0:
+    def add(self, name, family, rows, attribute=None, group=None, fraction=float("nan")) -> None:
+        self.picked[name] = rows
+        self.catalog.append({"subset": name, "family": family, "attribute": attribute, "group": group,
+                             "fraction": fraction, "size": int(rows.size)})
+
+    def stratified(self, n: int) -> np.ndarray:
+        """``n`` pool rows keeping the pool's joint class x group distribution."""
+        cells, counts = np.unique(self.pool_joint, return_counts=True)
+        quota = apportion(counts * (n / len(self.pool_joint)), n)
+        return _take(self.priority, self.pool_joint, dict(zip(cells.tolist(), quota.tolist())))
+
+
+def _draw_balanced(drawn: _Draws, a: str, groups: list, classes: list, cell: np.ndarray, designs: Sequence[str],
+                   size: int | None) -> int:
+    """Draw the balanced and single-group subsets of attribute ``a`` (``cell``: class x group code of every pool
+    row); the rows of its balanced subset (0: none drawn, with a note why)."""
+    n_cls, G = len(classes), len(groups)
+    n = np.bincount(cell, minlength=n_cls * G).reshape(n_cls, G)
+    if G < 2:
+        drawn.notes.append(f"{a}: one group only ({groups[0]}); no balanced or single-group subset")
+        return 0
+    per_cell_max = int((n // G).min()) if "single" in designs else int(n.min())
+    if size is not None:
+        if size % (n_cls * G):
+            raise ParameterError("size", f"{size} is not a multiple of classes x groups of {a!r} ({n_cls} x {G} = "
+                                         f"{n_cls * G}); a balanced subset needs the same count in every cell")
+        m = size // (n_cls * G)
+        if m > per_cell_max:
             c, g = np.unravel_index(int(np.argmin(n)), n.shape)
-            notes.append(f"{a}: no balanced or single-group subset: class {classes[c]!r} has "
-                         f"{int(n[c, g])} training rows in group {groups[g]!r}")
-            continue
-        if "balanced" in designs:
-            want = {c * G + g: m for c in range(n_cls) for g in range(G)}
-            add(f"balanced_{slug(a)}", "balanced", _take(priority, cell, want), attribute=a)
-        if "single" in designs:
-            for g, gname in enumerate(groups):
-                want = {c * G + g: m * G for c in range(n_cls)}
-                add(f"single_{slug(a)}_{slug(str(gname))}", "single", _take(priority, cell, want), attribute=a,
-                    group=str(gname))
-        matched.append(m * n_cls * G)
-    if "stratified" in designs:
-        have = {r["size"] for r in catalog if r["family"] == "stratified"}
-        for n_rows in sorted(set(matched)):
-            if n_rows not in have:
-                add(f"stratified_n{n_rows}", "stratified", stratified(n_rows), fraction=n_rows / len(pool_rows))
-    if not picked:
-        raise FairvisionError(f"{source}: no subset could be drawn" + (f" ({'; '.join(notes)})" if notes else ""))
-
-    table = data.reset_index(drop=True)
-    subsets = {name: table.iloc[pool_rows[rows]].reset_index(drop=True) for name, rows in picked.items()}
-    test = table.iloc[test_rows].reset_index(drop=True)
-    design = SubsetDesign(label, attributes, fixed, subject_col, int(seed), float(test_fraction), test, subsets,
-                          pd.DataFrame(catalog), notes=notes, n_pool=int(len(pool_rows)))
-    return with_metrics(design)
+            need = m * G if "single" in designs else m
+            raise ParameterError("size", f"{size} is too large for {a!r}: it needs {need} training rows of class "
+                                         f"{classes[c]!r} in group {groups[g]!r}, which has {int(n[c, g])}; the "
+                                         f"largest possible size is {per_cell_max * n_cls * G}")
+    else:
+        m = per_cell_max
+    if m == 0:
+        c, g = np.unravel_index(int(np.argmin(n)), n.shape)
+        drawn.notes.append(f"{a}: no balanced or single-group subset: class {classes[c]!r} has "
+                           f"{int(n[c, g])} training rows in group {groups[g]!r}")
+        return 0
+    if "balanced" in designs:
+        want = {c * G + g: m for c in range(n_cls) for g in range(G)}
+        drawn.add(f"balanced_{slug(a)}", "balanced", _take(drawn.priority, cell, want), attribute=a)
+    if "single" in designs:
+        for g, gname in enumerate(groups):
+            want = {c * G + g: m * G for c in range(n_cls)}
+            drawn.add(f"single_{slug(a)}_{slug(str(gname))}", "single", _take(drawn.priority, cell, want),
+                      attribute=a, group=str(gname))
+    return m * n_cls * G
 
 
 def with_metrics(design: SubsetDesign) -> SubsetDesign:
@@ -388,7 +411,7 @@ def write_design(design: SubsetDesign, folder: str | Path, *, fmt: str = "csv") 
     """Write the test set, every subset (``subsets/<name>.<fmt>``), the summary, NPMI and composition tables
     and ``design.json`` into ``folder`` (use inside :func:`fairvision.io.atomic.atomic_output_dir`)."""
     if fmt not in FORMATS:
-        raise FairvisionError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        raise ParameterError("fmt", f"must be one of {', '.join(FORMATS)}, not {fmt!r}")
     folder = Path(folder)
     (folder / "subsets").mkdir(parents=True, exist_ok=True)
     paths = {"test": write_table(design.test, folder / f"test.{fmt}")}

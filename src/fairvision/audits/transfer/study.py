@@ -20,22 +20,29 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from fairvision.io.validate import require_columns
+from fairvision.audits.settings import AuditSettings, SettingsView
 from fairvision.audits.transfer.design import SubsetDesign
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import memberships, subject_codes
 from fairvision.io.scores import class_labels
 from fairvision.io.tables import SAMPLE_ID, read_table
-from fairvision.stats.corrections import DEFAULT_CORRECTION, METHODS as CORRECTIONS, adjust_pvalues
+from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.multiclass import disparity_replicates
 from fairvision.stats.paired import paired_difference_test
-from fairvision.stats.resample import DEFAULT_LEVEL, cluster_bootstrap_weights, percentile_ci
+from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
 
 PRED_COL = "prediction"
+#: settings of :func:`audit_transfer` when given none: every test group with a subject enters OD
+DEFAULTS = AuditSettings(min_subjects=1)
+#: columns of :attr:`TransferStudyResult.comparisons`
+COMPARISON_COLUMNS = ["attribute", "a", "b", "od_a", "od_b", "estimate", "ci_low", "ci_high", "level", "statistic",
+                      "pvalue", "pvalue_adjusted", "significant"]
 _SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".json", ".jsonl")
 
 
 @dataclass
-class TransferStudyResult:
+class TransferStudyResult(SettingsView):
     """Everything :func:`audit_transfer` found. Tables are tidy DataFrames.
 
     Attributes
@@ -61,15 +68,13 @@ class TransferStudyResult:
         its differences with its CI and the largest adjusted p-value.
     test_groups : DataFrame
         Test subjects per attribute group, and whether the group entered OD.
+    settings : AuditSettings
+        The options of the study (``n_boot``, ``level``, ``seed``, ``correction``, ``alpha``, ``min_subjects``).
     """
 
     design: SubsetDesign
     subsets: list[str]
-    level: float
-    n_boot: int
-    correction: str
-    alpha: float
-    min_subjects: int
+    settings: AuditSettings
     n_test: int
     n_test_subjects: int
     accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -147,8 +152,7 @@ def read_predictions(folder: str | Path, design: SubsetDesign, *, pred_col: str 
 
 
 def _align(pred: pd.DataFrame, test_ids: pd.Series, pred_col: str, source: str) -> np.ndarray:
-    if pred_col not in pred.columns:
-        raise ColumnError(f"{source}: no prediction column {pred_col!r}; columns are {', '.join(map(str, pred.columns))}")
+    require_columns(pred, [pred_col], source=source, what="prediction column")
     if SAMPLE_ID not in pred.columns:
         raise ColumnError(f"{source}: no sample_id column")
     ids = pred[SAMPLE_ID].astype(str)
@@ -169,12 +173,7 @@ def audit_transfer(
     predictions: Mapping[str, pd.DataFrame],
     *,
     pred_col: str = PRED_COL,
-    min_subjects: int = 1,
-    n_boot: int = 1000,
-    level: float = DEFAULT_LEVEL,
-    seed: np.random.Generator | int | None = 0,
-    correction: str = DEFAULT_CORRECTION,
-    alpha: float = 0.05,
+    settings: AuditSettings | None = None,
 ) -> TransferStudyResult:
     """Set every subset's dataset bias beside its model's bias on the common test set (docs/METHODS.md §11.2, §11.3).
 
@@ -188,25 +187,18 @@ def audit_transfer(
         test sample (``sample_id`` and ``pred_col``).
     pred_col : str
         Column of the predicted class.
-    min_subjects : int
-        Test groups with fewer subjects are left out of OD (and listed).
-    n_boot, level, seed
-        Bootstrap replicates over the test subjects, two-sided level, randomness.
-    correction : {"holm", "bonferroni", "bh", "none"}
-        Correction across the pairs of subsets, per attribute.
-    alpha : float
-        Level of the adjusted p-values for ``significant``.
+    settings : AuditSettings, optional
+        ``n_boot`` (at least 1), ``level`` and ``seed`` of the bootstrap over the test subjects;
+        ``correction`` across the pairs of subsets, per attribute, and ``alpha`` of the adjusted p-values for
+        ``significant``; test groups with fewer than ``min_subjects`` subjects are left out of OD (and
+        listed). Default :data:`DEFAULTS` (``min_subjects`` 1).
 
     Returns
     -------
     TransferStudyResult
     """
-    if correction not in CORRECTIONS:
-        raise FairvisionError(f"--correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
-    if not 0 < alpha < 1:
-        raise FairvisionError("--alpha must be between 0 and 1")
-    if n_boot < 1:
-        raise FairvisionError("the study needs bootstrap replicates (--n-boot at least 1)")
+    settings = settings or DEFAULTS
+    settings.require_bootstrap("the study needs bootstrap replicates")
     unknown = [s for s in predictions if s not in design.subsets]
     if unknown:
         raise FairvisionError(f"predictions for {unknown[0]!r}, which is not a subset of the design")
@@ -215,82 +207,115 @@ def audit_transfer(
     test = design.test.reset_index(drop=True)
     test.attrs["source"] = "test set"
     if len(test) == 0:
-        raise FairvisionError("the design has no test set (it was made with --test-fraction 0)")
+        raise FairvisionError("the design has no test set (it was made with a test fraction of 0)")
     label = design.label
     y_true = class_labels(test[design.schema[label].source]) if label in design.schema else class_labels(test[label])
     test_ids = test[SAMPLE_ID].astype(str)
     preds = {s: _align(predictions[s], test_ids, pred_col, str(predictions[s].attrs.get("source", s))) for s in names}
     subj = subject_codes(test, design.subject_col if design.subject_col in test.columns else None, source="test set",
                          rows_as_subjects=True)
-    S = int(subj.max()) + 1
-    weights = cluster_bootstrap_weights(S, n_boot, seed)
-    one = np.ones((1, S))
+    boot = _Bootstrap(subj, cluster_bootstrap_weights(int(subj.max()) + 1, settings.n_boot, settings.seed),
+                      settings.level)
     notes: list[str] = []
-
-    acc_rows, od_rows, id_rows, cmp_rows, flag_rows, tg_rows = [], [], [], [], [], []
-    for s in names:
-        ok = np.ones(len(test), bool)
-        est = disparity_replicates(y_true, preds[s], np.zeros(len(test)), subj, one)["accuracy"][0]
-        reps = disparity_replicates(y_true, preds[s], np.zeros(len(test)), subj, weights)["accuracy"]
-        lo, hi = percentile_ci(reps, level)
-        acc_rows.append({"subset": s, "estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "level": level,
-                         "n_samples": int(ok.sum())})
-    ms = memberships(test, design.attributes, design.schema, source="test set")
-    for a, m in zip(design.attributes, ms):
-        labels = np.asarray(m.categories, dtype=object)
-        rows, codes = m.rows, m.codes
-        n_subj = np.array([len(np.unique(subj[rows[codes == g]])) for g in range(len(labels))])
-        big = n_subj >= min_subjects
-        for g, lab in enumerate(labels):
-            tg_rows.append({"attribute": a, "group": str(lab), "n_subjects": int(n_subj[g]), "in_od": bool(big[g] and n_subj[g] > 0)})
-        use = big[codes] & (n_subj[codes] > 0)
-        rows, codes = rows[use], codes[use]
-        if len(np.unique(codes)) < 2:
-            notes.append(f"{a}: fewer than two test groups with at least {min_subjects} subjects; no OD by {a}")
-            continue
-        small = [str(labels[g]) for g in range(len(labels)) if not big[g] and n_subj[g] > 0]
-        if small:
-            notes.append(f"{a}: test groups with fewer than {min_subjects} subjects left out of OD: {', '.join(small)}")
-        grp = labels[codes]
-        est, reps = {}, {}
-        for s in names:
-            e = disparity_replicates(y_true[rows], preds[s][rows], grp, subj[rows], one)
-            r = disparity_replicates(y_true[rows], preds[s][rows], grp, subj[rows], weights, classes=e["classes"])
-            est[s], reps[s] = float(e["od"][0]), r["od"]
-            lo, hi = percentile_ci(r["od"], level)
-            od_rows.append({"subset": s, "attribute": a, "estimate": est[s], "ci_low": float(lo), "ci_high": float(hi),
-                            "level": level, "n_groups": int(len(np.unique(codes)))})
-            ilo, ihi = percentile_ci(r["id"], level)
-            for k, c in enumerate(e["classes"]):
-                id_rows.append({"subset": s, "attribute": a, "class": str(c), "estimate": float(e["id"][0, k]),
-                                "ci_low": float(ilo[k]), "ci_high": float(ihi[k]), "level": level})
-        part = []
-        for x, y in [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]:  # pairs of subsets
-            t = paired_difference_test(est[x], est[y], reps[x], reps[y], level=level)
-            part.append({"attribute": a, "a": x, "b": y, "od_a": est[x], "od_b": est[y], "estimate": t.estimate,
-                         "ci_low": t.ci_low, "ci_high": t.ci_high, "level": level, "statistic": t.statistic,
-                         "pvalue": t.pvalue})
-        if part:
-            pdf = pd.DataFrame(part)
-            pdf["pvalue_adjusted"] = adjust_pvalues(pdf["pvalue"].to_numpy(dtype=float), correction)
-            pdf["significant"] = (pdf["pvalue_adjusted"] < alpha).to_numpy()
-            cmp_rows.append(pdf)
-            flag = _flag_highest(pdf, names)
-            if flag is not None:
-                flag_rows.append({"attribute": a, **flag})
-
-    comparisons = pd.concat(cmp_rows, ignore_index=True) if cmp_rows else pd.DataFrame(
-        columns=["attribute", "a", "b", "od_a", "od_b", "estimate", "ci_low", "ci_high", "level", "statistic", "pvalue",
-                 "pvalue_adjusted", "significant"])
+    acc_rows = [boot.accuracy(s, y_true, preds[s]) for s in names]
+    parts = [_attribute_study(a, m, y_true, preds, names, boot, settings, notes)
+             for a, m in zip(design.attributes, memberships(test, design.attributes, design.schema, source="test set"))]
+    cmp_rows = [p["comparisons"] for p in parts if p["comparisons"] is not None]
+    comparisons = pd.concat(cmp_rows, ignore_index=True) if cmp_rows else pd.DataFrame(columns=COMPARISON_COLUMNS)
     if untrained:
         notes.append(f"no predictions for {len(untrained)} subsets (left out of the study table): {', '.join(untrained)}")
     return TransferStudyResult(
-        design=design, subsets=names, level=level, n_boot=n_boot, correction=correction, alpha=alpha,
-        min_subjects=min_subjects, n_test=len(test), n_test_subjects=S,
-        accuracy=pd.DataFrame(acc_rows).set_index("subset"), od=pd.DataFrame(od_rows), ids=pd.DataFrame(id_rows),
-        comparisons=comparisons, flagged=pd.DataFrame(flag_rows), test_groups=pd.DataFrame(tg_rows),
-        untrained=untrained, notes=notes,
+        design=design, subsets=names, settings=settings, n_test=len(test), n_test_subjects=boot.n_subjects,
+        accuracy=pd.DataFrame(acc_rows).set_index("subset"), od=pd.DataFrame([r for p in parts for r in p["od"]]),
+        ids=pd.DataFrame([r for p in parts for r in p["id"]]), comparisons=comparisons,
+        flagged=pd.DataFrame([p["flag"] for p in parts if p["flag"] is not None]),
+        test_groups=pd.DataFrame([r for p in parts for r in p["test_groups"]]), untrained=untrained, notes=notes,
     )
+
+
+class _Bootstrap:
+    """One cluster bootstrap over the test subjects, shared by every subset and attribute (so comparisons of
+    subsets are paired)."""
+
+    def __init__(self, subjects: np.ndarray, weights: np.ndarray, level: float):
+        self.subjects, self.weights, self.level = subjects, weights, level
+        self.n_subjects = int(subjects.max()) + 1
+        self.one = np.ones((1, self.n_subjects))
+
+    def accuracy(self, subset: str, y_true: np.ndarray, pred: np.ndarray) -> dict:
+        """The accuracy row of one subset's model on the whole test set."""
+        ok = np.ones(len(y_true), bool)
+        group = np.zeros(len(y_true))
+        est = disparity_replicates(y_true, pred, group, self.subjects, self.one)["accuracy"][0]
+        reps = disparity_replicates(y_true, pred, group, self.subjects, self.weights)["accuracy"]
+        lo, hi = percentile_ci(reps, self.level)
+        return {"subset": subset, "estimate": float(est), "ci_low": float(lo), "ci_high": float(hi),
+                "level": self.level, "n_samples": int(ok.sum())}
+
+    def disparity(self, y_true, pred, groups, rows):
+        """Estimates and bootstrap replicates of OD and ID of one model on the test ``rows``."""
+        e = disparity_replicates(y_true[rows], pred[rows], groups, self.subjects[rows], self.one)
+        r = disparity_replicates(y_true[rows], pred[rows], groups, self.subjects[rows], self.weights,
+                                 classes=e["classes"])
+        return e, r
+
+
+def _attribute_study(a: str, m, y_true: np.ndarray, preds: dict, names: list[str], boot: _Bootstrap,
+                     settings: AuditSettings, notes: list[str]) -> dict:
+    """OD and ID of every subset's model by attribute ``a``, every pair of subsets compared on OD, the
+    flagged subset, and the test groups: ``{"od", "id", "comparisons", "flag", "test_groups"}``."""
+    level, min_subjects = settings.level, settings.min_subjects
+    out = {"od": [], "id": [], "comparisons": None, "flag": None, "test_groups": []}
+    labels = np.asarray(m.categories, dtype=object)
+    rows, codes = m.rows, m.codes
+    n_subj = np.array([len(np.unique(boot.subjects[rows[codes == g]])) for g in range(len(labels))])
+    big = n_subj >= min_subjects
+    for g, lab in enumerate(labels):
+        out["test_groups"].append({"attribute": a, "group": str(lab), "n_subjects": int(n_subj[g]),
+                                   "in_od": bool(big[g] and n_subj[g] > 0)})
+    use = big[codes] & (n_subj[codes] > 0)
+    rows, codes = rows[use], codes[use]
+    if len(np.unique(codes)) < 2:
+        notes.append(f"{a}: fewer than two test groups with at least {min_subjects} subjects; no OD by {a}")
+        return out
+    small = [str(labels[g]) for g in range(len(labels)) if not big[g] and n_subj[g] > 0]
+    if small:
+        notes.append(f"{a}: test groups with fewer than {min_subjects} subjects left out of OD: {', '.join(small)}")
+    grp = labels[codes]
+    est, reps = {}, {}
+    for s in names:
+        e, r = boot.disparity(y_true, preds[s], grp, rows)
+        est[s], reps[s] = float(e["od"][0]), r["od"]
+        lo, hi = percentile_ci(r["od"], level)
+        out["od"].append({"subset": s, "attribute": a, "estimate": est[s], "ci_low": float(lo), "ci_high": float(hi),
+                          "level": level, "n_groups": int(len(np.unique(codes)))})
+        ilo, ihi = percentile_ci(r["id"], level)
+        for k, c in enumerate(e["classes"]):
+            out["id"].append({"subset": s, "attribute": a, "class": str(c), "estimate": float(e["id"][0, k]),
+                              "ci_low": float(ilo[k]), "ci_high": float(ihi[k]), "level": level})
+    pairs = _pair_comparisons(a, names, est, reps, settings)
+    if pairs is not None:
+        out["comparisons"] = pairs
+        flag = _flag_highest(pairs, names)
+        if flag is not None:
+            out["flag"] = {"attribute": a, **flag}
+    return out
+
+
+def _pair_comparisons(a: str, names: list[str], est: dict, reps: dict, settings: AuditSettings) -> pd.DataFrame | None:
+    """Every pair of subsets compared on OD by ``a`` (paired bootstrap), corrected across the pairs."""
+    part = []
+    for x, y in [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]:  # pairs of subsets
+        t = paired_difference_test(est[x], est[y], reps[x], reps[y], level=settings.level)
+        part.append({"attribute": a, "a": x, "b": y, "od_a": est[x], "od_b": est[y], "estimate": t.estimate,
+                     "ci_low": t.ci_low, "ci_high": t.ci_high, "level": settings.level, "statistic": t.statistic,
+                     "pvalue": t.pvalue})
+    if not part:
+        return None
+    pdf = pd.DataFrame(part)
+    pdf["pvalue_adjusted"] = adjust_pvalues(pdf["pvalue"].to_numpy(dtype=float), settings.correction)
+    pdf["significant"] = (pdf["pvalue_adjusted"] < settings.alpha).to_numpy()
+    return pdf
 
 
 def _flag_highest(pairs: pd.DataFrame, names: list[str]) -> dict | None:

@@ -1,6 +1,6 @@
 """Report section of the face-verification audit: TAR at FAR by group with CIs (docs/METHODS.md §6.1).
 
-Turns a :class:`fairvision.audits.scoring.VerificationAuditResult` into a
+Turns a :class:`fairvision.audits.verification.VerificationAuditResult` into a
 :class:`fairvision.report.Section`.
 """
 

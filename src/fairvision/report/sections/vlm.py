@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.audits.gates import describe, quantity_key
-from fairvision.audits.vlm import count_flagged
+from fairvision.stats.versus_rest import count_flagged
 from fairvision.report import Section
 from fairvision.report import plots
 from fairvision.report.findings import ci_text, count_of, group_text, num, p_text, pct, test_severity, verb
@@ -95,7 +95,7 @@ def _findings(sec: Section, result) -> None:
 
 def compare_section(result, *, conditions: list[dict] | None = None,
                     title: str = "Label changes between image variants") -> Section:
-    """Turn a :class:`fairvision.audits.vlm_variants.VariantComparison` into a report section (docs/METHODS.md §12.2):
+    """Turn a :class:`fairvision.audits.vlm.variants.VariantComparison` into a report section (docs/METHODS.md §12.2):
     each group's change of each label's rate from the first variant to the second with subject-bootstrap CIs, a
     forest plot of the changes, the corrected paired tests, and findings for the flagged changes."""
     c = result.changes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.audits.gates import quantity_key
-from fairvision.audits.vlm import count_flagged
+from fairvision.stats.versus_rest import count_flagged
 from fairvision.report import Section
 from fairvision.report import plots
 from fairvision.report.sections.vlm import gate_findings
@@ -22,7 +22,7 @@ MAX_FIGURES = 6
 
 def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
                     title: str = "Visual question answering by group") -> Section:
-    """Turn a :class:`fairvision.audits.vlm_vqa.VQAResult` into a report section (docs/METHODS.md §12.3): key
+    """Turn a :class:`fairvision.audits.vlm.vqa.VQAResult` into a report section (docs/METHODS.md §12.3): key
     figures, overall rates, forest plots of the toxic, refusal and misgendering rates, the rates table, pronouns,
     terms, the groups too small to judge, and one finding per flagged rate (the largest ten)."""
     meta = result.meta

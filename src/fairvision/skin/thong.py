@@ -1,0 +1,357 @@
+"""The Thong et al. skin colour estimator (ICCV 2023; docs/METHODS.md §2.2), made deterministic and order-free.
+
+The skin pixels are summarised by a histogram of (L*, signed h*) on a fixed grid (cells of 0.25 L* x
+0.5 deg, halved while wider than 1/8 of the Sturges bin of all pixels over their range; every pixel counts
+at its cell's centre), which is the same for any order of the pixels and for a mirrored image. K-Means
+(k = 5) runs on the non-empty cells with their counts as weights: quantile seeds from the weighted
+histogram, weighted Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells (each at the weighted
+mean of its cells), then every pixel goes to its nearest centre. For each cluster the mode of a
+Sturges-rule histogram of its L* (and h*, C*) cell values (bin centre, exact integer binning; all clusters
+at once); keep the 3 clusters with the highest L* mode; pixel-count-weighted mean of their modes. Hue is
+clustered and averaged as a signed angle in (-180, 180] so that reddish pixels just below 0 deg (b* < 0)
+stay next to those just above it; the result is reported in [0, 360). Chroma is estimated the same way as
+L* and h* (weighted mean of the kept clusters' chroma modes), so a* = C cos h, b* = C sin h; the paper
+itself only defines L* and h*. The stability bootstrap (:func:`thong_bootstrap`) redraws all n pixels as
+multinomial counts over the same summary. Cost on a 1024 x 1024 portrait with 108k skin pixels: about
+9.7 ms for the whole :func:`fairvision.skin.measurement.measure` (smoothing, CIELAB, estimate, spread,
+flags) and 1.8 ms more for the 10-replicate stability bootstrap (benchmarks/bench_skin_estimator.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fairvision.errors import FairvisionError
+from fairvision.skin.histogram_modes import grid_modes, sturges_bins
+from fairvision.skin.kmeans import argmin_rows, kmeans_lloyd, weighted_quantile_seeds
+from fairvision.skin.simple_estimators import colour_result
+
+__all__ = [
+    "CELL_L", "CELL_H", "CELL_C", "CELLS_PER_BIN", "COARSE_BLOCKS", "ThongFit", "cell_size", "combine_top_clusters",
+    "thong", "thong_bootstrap", "thong_features", "thong_from_features",
+]
+
+
+def thong_features(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-pixel (L*, signed h*, C*) in float32: what :func:`thong` summarises."""
+    lab = np.asarray(lab)
+    a = np.ascontiguousarray(lab[:, 1], dtype=np.float32)
+    b = np.ascontiguousarray(lab[:, 2], dtype=np.float32)
+    h = np.arctan2(b, a)
+    h *= np.float32(180.0 / np.pi)  # degrees in (-180, 180]
+    C = a * a
+    C += b * b
+    np.sqrt(C, out=C)
+    return np.ascontiguousarray(lab[:, 0], dtype=np.float32), h, C
+
+
+#: Largest cell size of the order-free summary of :func:`thong` (docs/METHODS.md §2.2): L* units, degrees of h*,
+#: C* units. Every skin pixel counts at the centre of its cell. A cell is halved (see :func:`cell_size`) until
+#: it is at most 1/:data:`CELLS_PER_BIN` of the Sturges bin of all the pixels over their range, so a
+#: cluster's Sturges bins are many cells wide.
+CELL_L, CELL_H, CELL_C = 0.25, 0.5, 0.25
+CELLS_PER_BIN = 8
+
+
+def cell_size(x: np.ndarray, largest: float, n: int | None = None) -> float:
+    """Cell size of the :func:`thong` summary for the values ``x``: ``largest`` halved until it is at most
+    ``(max x - min x) / (CELLS_PER_BIN * sturges_bins(n))`` (at most 12 halvings; docs/METHODS.md §2.2).
+    Depends on the values only through their range, so not on their order."""
+    n = x.size if n is None else n
+    target = (float(x.max()) - float(x.min())) / (CELLS_PER_BIN * sturges_bins(n))
+    step = float(largest)
+    if target <= 0:  # all values equal: nothing to resolve
+        return step
+    for _ in range(12):
+        if step <= target:
+            break
+        step *= 0.5
+    return step
+
+
+#: Coarse-to-fine clustering: Lloyd's algorithm first on blocks of 16 x 16 cells (4 L* x 8 deg), then of
+#: 4 x 4 cells (1 L* x 2 deg), then on the cells themselves.
+COARSE_BLOCKS = (16, 4)
+
+
+def combine_top_clusters(counts: np.ndarray, modes: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The last step of both Thong et al. estimators (docs/METHODS.md §2.2): keep the ``top`` non-empty clusters
+    with the highest first mode (L*; ties to the lower index) and average their ``modes`` (k, d) weighted by
+    pixel ``counts`` (k,). Returns the estimate (d,), the weighted spread of the kept modes (d,) and the kept
+    clusters."""
+    valid = np.flatnonzero(counts > 0)
+    order = valid[np.argsort(-modes[valid, 0], kind="stable")][:top]
+    w = counts[order].astype(np.float64)
+    est = (modes[order] * w[:, None]).sum(axis=0) / w.sum()
+    spread = np.sqrt(((modes[order] - est) ** 2 * w[:, None]).sum(axis=0) / w.sum())
+    return est, spread, order
+
+
+def _sq_dist_rows(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """|x - c|^2 - |x|^2 = |c|^2 - 2 c.x for every centre (rows) and point ``X`` (d, M) (columns)."""
+    D = (-2.0 * C) @ X
+    D += (C * C).sum(axis=1)[:, None]
+    return D
+
+
+class ThongFit:
+    """The order-free summary behind a :func:`thong` estimate (docs/METHODS.md §2.2).
+
+    Attributes
+    ----------
+    cells : (2, M) float64
+        (L*, signed h*) centres of the non-empty histogram cells, in canonical (L*, then h*) order.
+    weights : (M,) int64
+        Pixels per cell.
+    labels : (M,) int
+        Cluster of each cell's centre (a cell that a cluster boundary crosses has pixels in both clusters).
+    centers : (k, 2)
+        Converged cluster centres (L*, signed h*).
+    sizes : (k,) int64
+        Pixels per cluster (every pixel in the cluster of its nearest centre).
+    L_hist, h_hist : (k, V) int64
+        Per-cluster marginal histograms on the L* and h* cell grids (what the modes are taken of).
+    L0, h0 : float
+        Value of the first grid column's centre (L* and h*).
+    steps : (float, float)
+        Cell size in L* and h* (:func:`cell_size`).
+    ranges : ((float, float), (float, float))
+        Smallest and largest pixel L* and h* (modes are clipped to them).
+    k, top, n_iter : int
+    """
+
+    __slots__ = ("cells", "weights", "labels", "centers", "sizes", "L_hist", "h_hist", "L0", "h0", "steps", "ranges", "k",
+                 "top", "n_iter")
+
+    def __init__(self, **kw):
+        for key, val in kw.items():
+            setattr(self, key, val)
+
+    @property
+    def n(self) -> int:
+        """Number of pixels summarised."""
+        return int(self.weights.sum())
+
+
+def _cell_index(x: np.ndarray, step: float, offset: float = 0.0) -> np.ndarray:
+    """``floor((x + offset) / step)`` as int32, elementwise (so the same pixel always gets the same cell)."""
+    y = x + np.float32(offset) if offset else x.copy()
+    y *= np.float32(1.0 / step)
+    np.floor(y, out=y)
+    return y.astype(np.int32)
+
+
+def _modes_to_values(idx: np.ndarray, first: float, step: float) -> np.ndarray:
+    """Grid units (column 0 centred on ``first``) to values."""
+    return first + idx * step
+
+
+def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[ThongFit, np.ndarray]:
+    """Histogram, clustering and per-cluster marginals (docs/METHODS.md §2.2); also returns every
+    pixel's cluster (for the chroma histogram)."""
+    n = L.shape[0]
+    if n < k:
+        raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
+    sL, sh = cell_size(L, CELL_L), cell_size(h, CELL_H)
+    iL = _cell_index(L, sL)
+    ih = _cell_index(h, sh, 180.0)
+    np.clip(ih, 0, int(round(360.0 / sh)) - 1, out=ih)  # h* = 180 exactly joins the last cell
+    iL0, ih0 = int(iL.min()), int(ih.min())
+    nL, nh = int(iL.max()) - iL0 + 1, int(ih.max()) - ih0 + 1
+    iL -= np.int32(iL0)  # grid row and column of every pixel
+    ih -= np.int32(ih0)
+    key = iL * np.int32(nh)
+    key += ih
+    counts = np.bincount(key, minlength=nL * nh)
+    nz = np.flatnonzero(counts)
+    w = counts[nz]
+    row, col = np.divmod(nz, nh)
+    L0 = (iL0 + 0.5) * sL
+    h0 = (ih0 + 0.5) * sh - 180.0
+    X = np.vstack([L0 + row * sL, h0 + col * sh])  # cell centres (binary fractions: sums are exact)
+    wf = w.astype(np.float64)
+    # quantile seeds from the cells, then Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells (each
+    # block at the weighted mean of its cells, so block sums are exact), each level from the previous centres
+    if init_centers is None:  # the cells are in (L*, h*) order already
+        C = weighted_quantile_seeds(X, wf, k, ordered=True)
+    else:
+        C = np.asarray(init_centers, dtype=np.float64).reshape(k, 2)
+    n_iter = 0
+    for block in COARSE_BLOCKS:
+        bn = (nh + block - 1) // block
+        bkey = (row // block) * bn + col // block
+        bw = np.bincount(bkey, weights=wf)
+        bnz = np.flatnonzero(bw)
+        bwv = bw[bnz]
+        BX = np.vstack([np.bincount(bkey, weights=wf * X[j])[bnz] / bwv for j in range(2)])
+        _, C, it = kmeans_lloyd(BX.T, C, sample_weight=bwv, tol=0.0)  # to a fixed point: cheap on blocks
+        n_iter += it
+    # every pixel to the centre nearest its own (L*, h*) (float64; ties to the lowest index). A cell lies
+    # wholly in one Voronoi region when its centre is closer to that region's centre than to any other by a
+    # margin of more than 2 * (largest centre gap) * (half the cell diagonal); its pixels take the cell's
+    # label, the pixels of the other cells are assigned one by one
+    D = _sq_dist_rows(X, C)  # |c|^2 - 2 c.x for every cell centre, (k, M)
+    labels = argmin_rows(D)
+    best = D.min(axis=0)
+    D[labels, np.arange(labels.size)] = np.inf
+    gap = float(np.sqrt(((C[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)).max())
+    cut = D.min(axis=0) - best <= 2.0 * gap * (0.5 * np.hypot(sL, sh) * (1 + 1e-6) + 1e-9)  # slack for rounding
+    table = np.zeros(nL * nh, dtype=np.int32)
+    table[nz] = labels
+    pl = table.take(key)
+    if cut.any():
+        flag = np.zeros(nL * nh, dtype=bool)
+        flag[nz[cut]] = True
+        idx = np.flatnonzero(flag.take(key))
+        P = np.empty((3, idx.size))
+        P[0] = L.take(idx)
+        P[1] = h.take(idx)
+        P[2] = 1.0
+        W = np.empty((k, 3))
+        W[:, :2] = -2.0 * C
+        W[:, 2] = (C * C).sum(axis=1)
+        pl[idx] = argmin_rows(W @ P)
+    L_hist = np.bincount(pl * np.int32(nL) + iL, minlength=k * nL).reshape(k, nL)
+    h_hist = np.bincount(pl * np.int32(nh) + ih, minlength=k * nh).reshape(k, nh)
+    sizes = L_hist.sum(axis=1).astype(np.int64)
+    fit = ThongFit(cells=X, weights=w, labels=labels, centers=C, sizes=sizes, L_hist=L_hist, h_hist=h_hist,
+                   L0=L0, h0=h0, steps=(sL, sh), ranges=((float(L.min()), float(L.max())), (float(h.min()), float(h.max()))),
+                   k=k, top=top, n_iter=n_iter)
+    return fit, pl
+
+
+def thong_from_features(L, h, C, *, k: int = 5, top: int = 3, details: bool = True, init_centers=None):
+    """The :func:`thong` estimate from precomputed :func:`thong_features`, and the summary behind it.
+
+    Parameters
+    ----------
+    L, h, C : (N,) float32 arrays
+        Per-pixel L*, signed hue angle h* (degrees) and chroma C*.
+    k, top, details, init_centers
+        As for :func:`thong`.
+
+    Returns
+    -------
+    result : dict
+        As :func:`thong` returns it.
+    fit : ThongFit
+        The histogram summary, clusters and marginals, for :func:`thong_bootstrap`.
+    """
+    L = np.ascontiguousarray(L, dtype=np.float32)
+    h = np.ascontiguousarray(h, dtype=np.float32)
+    C = np.ascontiguousarray(C, dtype=np.float32)
+    fit, pixel_labels = _thong_fit(L, h, k=k, top=top, init_centers=init_centers)
+    sC = cell_size(C, CELL_C)
+    iC = _cell_index(C, sC)
+    nC = int(iC.max()) + 1
+    iC += pixel_labels * np.int32(nC)
+    C_hist = np.bincount(iC, minlength=k * nC).reshape(k, nC)
+    modes = np.column_stack([
+        _modes_to_values(grid_modes(fit.L_hist), fit.L0, fit.steps[0]),
+        _modes_to_values(grid_modes(fit.h_hist), fit.h0, fit.steps[1]),
+        _modes_to_values(grid_modes(C_hist), 0.5 * sC, sC),
+    ])
+    # a cell centre can lie up to half a cell beyond the data (all-white skin: L* 100.125): clip to the pixels' range
+    for j, (lo, hi) in enumerate((*fit.ranges, (float(C.min()), float(C.max())))):
+        np.clip(modes[:, j], lo, hi, out=modes[:, j])
+    est, spread, kept = combine_top_clusters(fit.sizes, modes, top)
+    Lm, hm, Cm = est
+    rad = np.radians(hm)
+    extra = {}
+    if details:
+        extra = {
+            "cluster_centers": fit.centers.tolist(),
+            "cluster_sizes": fit.sizes.tolist(),
+            "cluster_modes": modes.tolist(),
+            "kept_clusters": kept.tolist(),
+            "L_mode_spread": float(spread[0]),
+            "hue_mode_spread": float(spread[1]),
+            "n_iter": int(fit.n_iter),
+            "n_cells": int(fit.weights.size),
+        }
+    return colour_result(Lm, Cm * np.cos(rad), Cm * np.sin(rad), **extra), fit
+
+
+def thong(lab: np.ndarray | None, *, k: int = 5, top: int = 3, details: bool = True,
+          init_centers: np.ndarray | None = None, features: tuple | None = None) -> dict:
+    """Deterministic, order-free Thong et al. estimator (docs/METHODS.md §2.2) on CIELAB pixels.
+
+    The pixels are summarised by a histogram of (L*, signed h*) on a fixed grid of cells of at most
+    :data:`CELL_L` x :data:`CELL_H` (:func:`cell_size`; every pixel counts at its cell's centre),
+    which does not depend on the order of the pixels. K-Means (``k`` clusters) runs on the non-empty
+    cells with their pixel counts as weights (quantile seeds from the weighted histogram, weighted
+    Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells, then every pixel to its nearest
+    centre); the mode of each cluster's Sturges histogram of L*, h* (and C*, on its own grid of at
+    most :data:`CELL_C`) is taken from its cells (:func:`grid_modes`); the ``top`` clusters with the
+    highest L* mode are averaged, weighted by pixel count. The same pixels in any order give
+    bit-identical results (so does a mirrored image with its mirrored mask through
+    :func:`fairvision.skin.measurement.measure`, whose smoothing is mirror-exact).
+
+    Parameters
+    ----------
+    lab : (N, 3) array
+        CIELAB of the (already smoothed) skin pixels.
+    k, top : int
+        Number of clusters (5) and of kept clusters with the highest L* mode (3).
+    init_centers : (k, 2) array, optional
+        Start the clustering from these (L*, signed h*) centres instead of the quantile seeds.
+    features : tuple of 3 arrays, optional
+        Precomputed :func:`thong_features` (then ``lab`` is ignored).
+
+    Returns
+    -------
+    dict with ``L``, ``a``, ``b``, ``hue`` (degrees, [0, 360)), ``chroma``,
+    ``ita`` and ``extra`` (cluster centres, sizes, modes, kept clusters, the
+    weighted spread of the kept modes as the published code reports, iterations and cells).
+    """
+    L, h, C = thong_features(lab) if features is None else features
+    return thong_from_features(L, h, C, k=k, top=top, details=details, init_centers=init_centers)[0]
+
+
+def thong_bootstrap(fit: ThongFit, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(L*, signed h*) estimates of ``n_boot`` bootstrap replicates of all ``n`` pixels (docs/METHODS.md §2.2).
+
+    A replicate redraws the ``n`` pixels with replacement, as counts over the summary: the cluster
+    sizes are multinomial with the full-sample cluster proportions, and within each cluster the L*
+    and the h* histograms are multinomial with that cluster's L* and h* proportions (each exactly
+    its distribution under pixel resampling; only the coupling between a cluster's L* and h*
+    counts is dropped). Pixels keep their full-sample clusters: re-running the clustering per
+    replicate (about 5 ms each on a 1024 x 1024 face) is left out, so the SD leaves out the times the
+    quantile seeds would fall into another local optimum (docs/METHODS.md §2.2).
+    The Sturges modes, the top-``top`` choice by L* mode and the count-weighted mean are recomputed
+    for all replicates at once. All draws run over the canonical cell order, so the replicates do
+    not depend on the order of the pixels either.
+
+    Parameters
+    ----------
+    fit : ThongFit
+        From :func:`thong_from_features`.
+    n_boot : int
+        Number of replicates.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_boot, 2)
+        Replicate estimates of L* and signed h*.
+    """
+    k, top, R = fit.k, fit.top, int(n_boot)
+    n = fit.n
+    sizes = rng.multinomial(n, fit.sizes / n, size=R)  # (R, k)
+    Lh = np.zeros((R, k, fit.L_hist.shape[1]), dtype=np.int64)
+    hh = np.zeros((R, k, fit.h_hist.shape[1]), dtype=np.int64)
+    for c in range(k):
+        if fit.sizes[c] == 0:
+            continue
+        for hist, out in ((fit.L_hist[c], Lh), (fit.h_hist[c], hh)):
+            occ = np.flatnonzero(hist)  # only occupied cells can be drawn
+            out[:, c, occ] = rng.multinomial(sizes[:, c], hist[occ] / fit.sizes[c])
+    Lm = np.clip(_modes_to_values(grid_modes(Lh.reshape(R * k, -1)), fit.L0, fit.steps[0]), *fit.ranges[0]).reshape(R, k)
+    hm = np.clip(_modes_to_values(grid_modes(hh.reshape(R * k, -1)), fit.h0, fit.steps[1]), *fit.ranges[1]).reshape(R, k)
+    key = np.where(sizes > 0, -Lm, np.inf)
+    kept = np.argsort(key, axis=1, kind="stable")[:, :top]
+    w = np.take_along_axis(sizes, kept, axis=1).astype(np.float64)
+    out = np.empty((R, 2))
+    for j, m in enumerate((Lm, hm)):
+        out[:, j] = (np.nan_to_num(np.take_along_axis(m, kept, axis=1)) * w).sum(axis=1) / w.sum(axis=1)
+    return out
