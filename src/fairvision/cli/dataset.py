@@ -240,6 +240,7 @@ def _thumbnails_section(df, audit, schema, per_group: int = 6, size: int = 72):
     from PIL import Image  # lazy imports: see the module docstring
 
     from fairvision.groups import memberships
+    from fairvision.io.images import read_image
     from fairvision.report import Section
 
     sec = Section("examples", "Example images per group", intro="Shown because --show-images was given.")
@@ -251,8 +252,7 @@ def _thumbnails_section(df, audit, schema, per_group: int = 6, size: int = 72):
             continue
         sheet = Image.new("RGB", (size * len(rows), size), "white")
         for i, r in enumerate(rows):
-            with Image.open(paths[r]) as im:
-                sheet.paste(im.convert("RGB").resize((size, size)), (i * size, 0))
+            sheet.paste(Image.fromarray(read_image(paths[r])).resize((size, size)), (i * size, 0))
         buf = io.BytesIO()
         sheet.save(buf, "PNG")
         sec.image(f"examples_{cat}", buf.getvalue(), f"{audit.attributes[0]} = {cat}")

@@ -106,6 +106,8 @@ def run_cmd(
     for sec in generative_sections(result, show_images=show_images):
         report.add(sec)
     paths = report.write(output, extra_files=run_files(result))
+    for note in result.notes:  # failures, ids that differ only in case or punctuation: said here too
+        typer.echo(f"note: {note}", err=True)
     n_flag = int(result.words["flagged"].sum())
     n_fail = int((~result.records["ok"].astype(bool)).sum())
     counts = result.settings.get("assessments", {})

@@ -1,8 +1,10 @@
 """``fairvision store``: look into and maintain the results store (:mod:`fairvision.io.store`).
 
-``info`` (stages, rows, parts, bytes), ``query`` (DuckDB SQL over one view per
-stage), ``vacuum`` (compact parts, drop superseded duplicates) and ``forget
---subject ID`` (consent withdrawal: remove a subject's rows from every stage).
+``info`` (stages, rows, parts, bytes), ``query`` (one read-only DuckDB SELECT over
+one view per stage), ``vacuum`` (compact parts, drop superseded duplicates) and
+``forget --subject ID`` (consent withdrawal: remove a subject's rows from every
+stage). Files in a stage folder that the store did not write are ignored, and
+each command names them on stderr (``warning: ...``).
 
 The store (DuckDB, pyarrow) is imported inside the commands: every
 ``fairvision`` invocation imports this module, and those imports add about
@@ -11,6 +13,7 @@ The store (DuckDB, pyarrow) is imported inside the commands: every
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -38,6 +41,11 @@ def _open(store: Optional[Path], *, must_exist: bool = True):
     return res
 
 
+def _warn_foreign(res, foreign) -> None:
+    if foreign:
+        typer.echo(f"warning: {res.foreign_message(foreign)}", err=True)
+
+
 def _print_table(df, max_rows: int | None = None) -> None:
     if len(df) == 0:
         typer.echo("(no rows)")
@@ -53,27 +61,41 @@ def info_cmd(store: Optional[Path] = _STORE):
     if len(table) == 0:
         typer.echo("(empty)")
         return
-    _print_table(table)
+    foreign = res.foreign_parts()
+    _print_table(table if foreign else table.drop(columns="foreign"))
     total = f"{int(table['rows'].sum()):,} rows in {int(table['parts'].sum()):,} parts, {int(table['bytes'].sum()):,} bytes"
     if (table["parts"] > 1).any() or (table["rows"] > table["unique_rows"]).any():
         total += " (fairvision store vacuum compacts them)"
     typer.echo(total)
+    if foreign:
+        typer.echo(f"{len(foreign):,} file(s) in stage folders are not the store's own: ignored by every read and "
+                   "left alone by vacuum (move them out of the store)")
+        for path, why in foreign:
+            typer.echo(f"  {path.relative_to(res.root)}: {why}")
 
 
 def query_cmd(
-    sql: str = typer.Argument(..., metavar="SQL", help="DuckDB SQL; each stage is a view named after it (e.g. skin), with the result's fields as columns."),
+    sql: str = typer.Argument(..., metavar="SQL", help="One read-only DuckDB SELECT statement; each stage is a view named after it (e.g. skin), with the result's fields as columns."),
     store: Optional[Path] = _STORE,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Also write the result: .csv, .tsv, .parquet, .json or .jsonl (atomically)."),
     max_rows: int = typer.Option(50, "--max-rows", min=1, help="Rows printed (all are written with --output)."),
 ):
-    """Run SQL over the stored results, e.g. fairvision store query "SELECT ok, count(*) FROM skin GROUP BY ok"."""
+    """Run one SELECT over the stored results, e.g. fairvision store query "SELECT ok, count(*) FROM skin GROUP BY ok".
+
+    Read-only: a second statement, COPY, ATTACH, INSTALL/LOAD, SET, PRAGMA, CREATE and the like are refused, and
+    the query can read no file but the store's own parts (use --output to save the result)."""
+    from fairvision.io.store import ForeignPartsWarning  # lazy: see the module docstring
     from fairvision.io.tables import write_table  # lazy: see the module docstring
 
     if output is not None:
         check_output_file(output, _QUERY_SUFFIXES)
     if not sql.strip():
         raise FairvisionError("empty query")
-    df = _open(store).query(sql)
+    res = _open(store)
+    with warnings.catch_warnings():  # said once, as one line, below
+        warnings.simplefilter("ignore", ForeignPartsWarning)
+        df = res.query(sql)
+    _warn_foreign(res, res.foreign_parts())
     _print_table(df, max_rows)
     if output is not None:
         write_table(df, output)
@@ -82,9 +104,14 @@ def query_cmd(
 
 def vacuum_cmd(store: Optional[Path] = _STORE):
     """Compact each stage's parts into one, keeping the newest row of each result; remove leftovers of killed runs."""
-    s = _open(store, must_exist=False).vacuum()
+    res = _open(store, must_exist=False)
+    s = res.vacuum()
     typer.echo(f"{s['parts_before']:,} parts -> {s['parts_after']:,}; {s['rows_before'] - s['rows_after']:,} "
                f"duplicate rows dropped ({s['stages']} stages compacted)")
+    if s["foreign"]:
+        typer.echo(f"left as they are, not folded in: {len(s['foreign']):,} file(s) that the store did not write "
+                   f"({', '.join(str(p.relative_to(res.root)) for p, _ in s['foreign'][:5])}"
+                   f"{', ...' if len(s['foreign']) > 5 else ''}; fairvision store info says why)")
 
 
 def forget_cmd(

@@ -143,7 +143,10 @@ def audit_vqa_cmd(
     result.answers.to_parquet(buf, index=False)
     paths = report.write(output, extra_files={"answers.parquet": buf.getvalue()})
     done(paths, f"answers: {(output / 'answers.parquet').resolve()}\n{result.meta['n_answers']} answers "
-                f"({result.meta['n_called']} asked now); {count_flagged(result.rates)} group differences flagged")
+                f"({result.meta['n_called']} asked now); {count_flagged(result.rates)} group differences flagged"
+                + (f"\n{result.meta['n_failed']} failed replies left out of every rate ("
+                   + ", ".join(f"{k}: {v}" for k, v in result.meta["failures"].items()) + "); a rerun asks them again"
+                   if result.meta.get("n_failed") else ""))
     exit_if_gates_failed(evaluated)
 
 

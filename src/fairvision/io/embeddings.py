@@ -6,6 +6,8 @@ file, row or column.
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +50,11 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
         if suf == ".npy":
             try:
                 x = np.load(path, allow_pickle=False)
-            except (ValueError, OSError) as exc:
-                raise InputFileError(f"{path}: cannot read as .npy: {str(exc).splitlines()[0]}") from None
+            except (ValueError, OSError, EOFError) as exc:
+                raise InputFileError(f"{path}: cannot read as .npy: {_first_line(exc)}") from None
+            if not isinstance(x, np.ndarray):  # a zip archive named .npy
+                x.close()
+                raise InputFileError(f"{path}: not a .npy array (it is an .npz archive; name it .npz)")
             ids = None
             for cand in (path.with_suffix(".ids.txt"), path.with_name(path.stem + "_ids.txt")):
                 if cand.is_file():
@@ -59,10 +64,7 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
                     break
             ids = ids or [str(i) for i in range(len(x))]
         elif suf == ".npz":
-            try:
-                z = np.load(path, allow_pickle=False)
-            except (ValueError, OSError) as exc:
-                raise InputFileError(f"{path}: cannot read as .npz: {str(exc).splitlines()[0]}") from None
+            z = open_npz(path)
             key = "embeddings" if "embeddings" in z.files else (z.files[0] if len(z.files) == 1 else None)
             if key is None:
                 raise InputFileError(f"{path}: no array named 'embeddings' (arrays: {', '.join(z.files)})")
@@ -88,14 +90,35 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
     return x, list(ids)
 
 
+#: what a damaged ``.npz`` (a zip archive of ``.npy`` files) raises while it is opened or an array is read
+NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def open_npz(path) -> np.lib.npyio.NpzFile:
+    """Open an ``.npz`` without pickles; a file that is not a readable zip archive (truncated, corrupt, another
+    format) is a one-line :class:`~fairvision.errors.InputFileError` naming the file."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except NPZ_ERRORS as exc:
+        raise InputFileError(f"{path}: cannot read as .npz (a zip archive of .npy arrays; is the file complete?): "
+                             f"{_first_line(exc)}") from None
+
+
 def npz_array(z, key: str, path) -> np.ndarray:
     """Array ``key`` of an open ``.npz`` (``np.load(..., allow_pickle=False)``), with a one-line error for an
-    object-typed array (ids or labels saved from a pandas column): pickled data is never loaded."""
+    object-typed array (ids or labels saved from a pandas column): pickled data is never loaded. A damaged
+    member (bad CRC, truncated or corrupt compressed data) is a one-line error naming the file and the array."""
     try:
         return z[key]
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        raise InputFileError(f"{path}: cannot read array {key!r}: the .npz file is damaged ({_first_line(exc)})") from None
     except ValueError as exc:
         if "allow_pickle" not in str(exc) and "Object arrays" not in str(exc):
-            raise InputFileError(f"{path}: cannot read array {key!r}: {str(exc).splitlines()[0]}") from None
+            raise InputFileError(f"{path}: cannot read array {key!r}: {_first_line(exc)}") from None
         raise InputFileError(f"{path}: array {key!r} holds Python objects (dtype object), which are not loaded "
                              f"(no pickle); save it as strings, e.g. np.savez(..., {key}=values.astype(str))") from None
 

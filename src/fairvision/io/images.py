@@ -6,18 +6,110 @@ Decoding uses OpenCV's ``cv2.imdecode`` on the file's bytes: on the bundled
 pixels; measured on this machine), and it applies the EXIF orientation tag
 like PIL's ``exif_transpose``. Reading the bytes ourselves (``np.fromfile``)
 lets a missing file and a corrupt file get different one-line messages.
+
+Decompression bombs: before any pixel is decoded, the image's width and height
+are read from its header (``PIL.Image.open`` parses only the header) and an
+image of more than :data:`MAX_PIXELS` pixels (or ``$FAIRVISION_MAX_PIXELS``, or
+the ``max_pixels`` argument) is refused with :class:`ImageTooLargeError`. A
+2.7 MB PNG can declare 30000 x 30000 pixels (2.7 GB once decoded). Bytes whose
+header Pillow cannot parse are refused too: their size cannot be known before
+decoding. The same check applies to files and to in-memory bytes
+(:func:`decode_image`: WebDataset members, downloaded images).
 """
 
 from __future__ import annotations
 
+import io
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
 
-from fairvision.errors import InputFileError
+from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from fairvision.io.atomic import atomic_write_bytes
 from fairvision.io.webdataset import is_member_ref, parse_ref, read_member
+
+
+#: The most pixels (width x height) one image may have; checked from the header, before decoding. Generous for
+#: real photos: the largest phone sensors give 16384 x 12288 = 201 megapixels, medium-format cameras 100-150;
+#: decoded as 8-bit RGB, 250 megapixels take 750 MB. Raise it with the environment variable
+#: ``FAIRVISION_MAX_PIXELS`` or the ``max_pixels`` argument of :func:`read_image` / :func:`decode_image`.
+MAX_PIXELS = 250_000_000
+#: The environment variable that overrides :data:`MAX_PIXELS` (a positive whole number of pixels).
+MAX_PIXELS_ENV = "FAIRVISION_MAX_PIXELS"
+
+_PIL_LIMIT_LOCK = threading.Lock()
+
+
+class ImageTooLargeError(InputFileError):
+    """An image whose header declares more pixels than the limit (a possible decompression bomb); never decoded."""
+
+    def __init__(self, where, width: int, height: int, limit: int):
+        self.width, self.height, self.limit = int(width), int(height), int(limit)
+        super().__init__(
+            f"{where}: image of {self.width} x {self.height} = {self.width * self.height:,} pixels is over the limit "
+            f"of {self.limit:,} pixels (a possible decompression bomb; not decoded); if the image is genuine, raise "
+            f"the limit with the environment variable {MAX_PIXELS_ENV} (or the max_pixels argument)"
+        )
+
+
+def max_image_pixels(max_pixels: int | None = None) -> int:
+    """The pixel limit in force: ``max_pixels`` when given, else ``$FAIRVISION_MAX_PIXELS``, else :data:`MAX_PIXELS`.
+
+    Raises
+    ------
+    ParameterError
+        ``max_pixels`` is not a positive whole number.
+    FairvisionError
+        The environment variable is set to something other than a positive whole number.
+    """
+    if max_pixels is not None:
+        if isinstance(max_pixels, bool) or not isinstance(max_pixels, (int, np.integer)) or max_pixels < 1:
+            raise ParameterError("max_pixels", f"must be a positive whole number of pixels, not {max_pixels!r}")
+        return int(max_pixels)
+    raw = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if not raw:
+        return MAX_PIXELS
+    try:
+        value = float(raw.replace("_", ""))
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value >= 1 and value == int(value)):
+        raise FairvisionError(f"{MAX_PIXELS_ENV}={raw!r}: not a positive whole number of pixels (e.g. 400000000)")
+    return int(value)
+
+
+def image_size(data) -> tuple[int, int] | None:
+    """``(width, height)`` from the header of encoded image bytes, without decoding a pixel; None when Pillow
+    cannot parse the header (not an image, or a format it does not know)."""
+    from PIL import Image  # lazy: about 50 ms (measured), paid only by commands that decode images
+
+    with _PIL_LIMIT_LOCK:
+        # Pillow's own bomb check (a warning above 89 MP, an error above 179 MP) would fire on the header; our
+        # limit replaces it, so it is switched off for this header read only.
+        saved, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                width, height = im.size
+        except Exception:  # noqa: BLE001 - any header Pillow cannot parse: the caller says the image is unreadable
+            return None
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+    return int(width), int(height)
+
+
+def check_image_pixels(data, where, *, max_pixels: int | None = None) -> tuple[int, int] | None:
+    """Refuse encoded image bytes whose header declares more pixels than the limit (:func:`max_image_pixels`).
+
+    Returns the header's ``(width, height)``, or None when Pillow cannot parse the header. Raises
+    :class:`ImageTooLargeError` (an :class:`~fairvision.errors.InputFileError` naming ``where``) when over.
+    """
+    limit = max_image_pixels(max_pixels)
+    size = image_size(data)
+    if size is not None and size[0] * size[1] > limit:
+        raise ImageTooLargeError(where, size[0], size[1], limit)
+    return size
 
 
 def _cv2():
@@ -40,7 +132,7 @@ def _to_uint8(arr: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
 
 
-def read_image(path: str | os.PathLike, *, max_side: int | None = None) -> np.ndarray:
+def read_image(path: str | os.PathLike, *, max_side: int | None = None, max_pixels: int | None = None) -> np.ndarray:
     """Read an image file as an ``(H, W, 3)`` uint8 RGB array.
 
     Parameters
@@ -52,6 +144,10 @@ def read_image(path: str | os.PathLike, *, max_side: int | None = None) -> np.nd
     max_side : int, optional
         If given and the longer side exceeds it, the image is downscaled with
         area interpolation so that the longer side equals ``max_side``.
+    max_pixels : int, optional
+        The most pixels (width x height) the image may have, checked from its
+        header before decoding; default ``$FAIRVISION_MAX_PIXELS`` or
+        :data:`MAX_PIXELS` (250 megapixels).
 
     Returns
     -------
@@ -67,8 +163,9 @@ def read_image(path: str | os.PathLike, *, max_side: int | None = None) -> np.nd
     InputFileError
         The file does not exist, is a folder, cannot be read, or does not
         decode as an image; the message names the path.
+        :class:`ImageTooLargeError` (a subclass) when its header declares
+        more pixels than the limit.
     """
-    cv2 = _cv2()
     if is_member_ref(path):  # a WebDataset tar member: its bytes, read at their offset in the shard
         p = parse_ref(path).label
         data = np.frombuffer(read_member(path), dtype=np.uint8)
@@ -82,11 +179,28 @@ def read_image(path: str | os.PathLike, *, max_side: int | None = None) -> np.nd
             raise InputFileError(f"{p}: is a folder, not an image file") from None
         except OSError as exc:
             raise InputFileError(f"{p}: cannot read image: {exc.strerror or exc}") from None
+    return decode_image(data, p, max_side=max_side, max_pixels=max_pixels)
+
+
+def decode_image(data, where, *, max_side: int | None = None, max_pixels: int | None = None) -> np.ndarray:
+    """Decode encoded image bytes (a file's, a WebDataset member's, a download's) as :func:`read_image` does.
+
+    ``where`` names the image in error messages (a path or a label). The pixel count is checked from the
+    header first (:func:`check_image_pixels`); bytes whose header Pillow cannot parse are refused as unreadable,
+    since their size cannot be known before decoding.
+    """
+    data = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     if data.size == 0:
-        raise InputFileError(f"{p}: the image file is empty")
+        raise InputFileError(f"{where}: the image file is empty")
+    limit = max_image_pixels(max_pixels)
+    if check_image_pixels(data, where, max_pixels=limit) is None:
+        raise InputFileError(f"{where}: not a readable image (corrupt or unsupported format)")
+    cv2 = _cv2()
     arr = cv2.imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_ANYDEPTH)
     if arr is None or arr.ndim != 3 or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise InputFileError(f"{p}: not a readable image (corrupt or unsupported format)")
+        raise InputFileError(f"{where}: not a readable image (corrupt or unsupported format)")
+    if arr.shape[0] * arr.shape[1] > limit:  # a header that understated the size: refused all the same
+        raise ImageTooLargeError(where, arr.shape[1], arr.shape[0], limit)
     arr = _to_uint8(arr)
     if max_side is not None and max(arr.shape[:2]) > max_side:
         arr = downscale(arr, max_side)

@@ -1,39 +1,37 @@
 """The embedded results store: per-image results of every stage, kept across runs.
 
-Layout: one folder per stage under the store's root, holding immutable Parquet
-part files::
+Layout: one folder per stage under the store's root, holding immutable Parquet part files::
 
     <root>/<stage>/part-<time_ns>-<pid>-<random>.parquet
     <root>/.lock           (fcntl.flock: shared for reads and appends, exclusive for vacuum / forget)
     <root>/.journal.json   (only while a vacuum or forget commits)
 
-Every row has the same columns (:data:`SCHEMA`): ``key`` (what the row is a
-result *of*: a SHA-256 of the input's content hash and the stage's
-``params_hash``), ``stage``, ``content_hash`` (SHA-256 of the image bytes, see
-:func:`file_sha256`), ``params_hash`` (a hash of the stage's code and
-parameters, made by the caller with
-:func:`fairvision.engine.cache.content_key`), ``sample_id``, ``subject_id``
-(when known: consent withdrawal removes by it), ``image_path``, ``created``
-(UTC) and ``payload`` (the result as a JSON object). A changed image or
-parameter is a different key, so nothing ever needs invalidating.
+Every row has the same columns (:data:`SCHEMA`): ``key`` (what the row is a result *of*: a SHA-256 of the input's
+content hash and the stage's ``params_hash``), ``stage``, ``content_hash`` (SHA-256 of the image bytes, see
+:func:`file_sha256`), ``params_hash`` (a hash of the stage's code and parameters, made by the caller with
+:func:`fairvision.engine.cache.content_key`), ``sample_id``, ``subject_id`` (when known: consent withdrawal
+removes by it), ``image_path``, ``created`` (UTC) and ``payload`` (the result as a JSON object). A changed image
+or parameter is a different key, so nothing ever needs invalidating.
 
-Writes are batched appends: :meth:`ResultsStore.put` buffers rows and
-:meth:`ResultsStore.flush` writes them as a new part file, first under a
-temporary (dot-prefixed) name, then ``os.replace``-d into place, so a reader
-never sees half a part and a killed run loses at most its unflushed batch.
-Part names are unique (time, pid, random), so two runs can append at once.
+Writes are batched appends: :meth:`ResultsStore.put` buffers rows and :meth:`ResultsStore.flush` writes them as a
+new part file, first under a temporary (dot-prefixed) name, then ``os.replace``-d into place, so a reader never
+sees half a part and a killed run loses at most its unflushed batch. Part names are unique (time, pid, random), so
+two runs can append at once.
 
-Vacuum (compaction, dropping superseded duplicates) and forget (removing a
-subject) rewrite parts under the exclusive lock and commit through a journal
-(:mod:`fairvision.io.durable`, the commit consent withdrawal uses too): the new
-parts are written and synced under temporary names, then the journal (renames
-and deletions) is written atomically and synced, then applied. A run killed
-before the journal exists leaves the store as it was; one killed after it is
-finished by the next process that takes the lock. Readers take the shared lock,
-so they never see a commit half-applied.
+Vacuum (compaction, dropping superseded duplicates) and forget (removing a subject) rewrite parts under the
+exclusive lock and commit through a journal (:mod:`fairvision.io.durable`, the commit consent withdrawal uses
+too): the new parts are written and synced under temporary names, then the journal (renames and deletions) is
+written atomically and synced, then applied. A run killed before the journal exists leaves the store as it was;
+one killed after it is finished by the next process that takes the lock. Readers take the shared lock, so they
+never see a commit half-applied.
 
-Queries (:meth:`ResultsStore.query`) run DuckDB over one view per stage, named
-after the stage, with the payload's fields as columns.
+Queries (:meth:`ResultsStore.query`) run DuckDB over one view per stage, named after the stage, with the payload's
+fields as columns. They are read-only: one SELECT statement (checked with DuckDB's own parser), run on a
+connection that may open no file but the store's own parts, load no extension and change no setting. The store
+reads only its own parts: a file in a stage folder whose name is not one the store gives
+(:data:`PART_NAME`), that is not readable Parquet, or whose columns are not :data:`SCHEMA` is ignored by every
+read, left alone by vacuum and forget, and reported (:meth:`ResultsStore.foreign_parts`,
+:class:`ForeignPartsWarning`).
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ import os
 import re
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -65,29 +64,29 @@ from fairvision.io.webdataset import is_member_ref, member_sha256
 #: environment variable naming the default store folder
 STORE_ENV = "FAIRVISION_STORE"
 #: Parquet schema of every part file
-SCHEMA = pa.schema([
-    ("key", pa.string()),
-    ("stage", pa.string()),
-    ("content_hash", pa.string()),
-    ("params_hash", pa.string()),
-    ("sample_id", pa.string()),
-    ("subject_id", pa.string()),
-    ("image_path", pa.string()),
-    ("created", pa.timestamp("us")),  # UTC (naive: DuckDB returns tz-aware values only with pytz)
-    ("payload", pa.string()),
-])
+SCHEMA = pa.schema(
+    [(c, pa.string()) for c in ("key", "stage", "content_hash", "params_hash", "sample_id", "subject_id", "image_path")]
+    + [("created", pa.timestamp("us")),  # UTC (naive: DuckDB returns tz-aware values only with pytz)
+       ("payload", pa.string())])
 META_COLUMNS = tuple(SCHEMA.names)
 #: rows that are the same result for the same sample: vacuum keeps the newest of each
 IDENTITY = ("key", "sample_id", "subject_id")
 LOCK_NAME = ".lock"
 JOURNAL_NAME = ".journal.json"
-PART_GLOB = "part-*.parquet"
+#: the name of a part the store writes (:meth:`ResultsStore._new_part_name`): anything else is not its own
+PART_NAME = re.compile(r"^part-\d{20}-\d+-[0-9a-f]{12}\.parquet$")
 #: crash point of a vacuum / forget commit, counted by renames (:func:`fairvision.io.durable.crash_point`)
 CRASH_AFTER_RENAMES = "store.after_renames"
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 # SHA-256 of files already hashed in this process, by (path, size, mtime_ns, inode)
 _FILE_HASHES: dict[tuple, str] = {}
+_PART_PROBLEMS: dict[tuple, str | None] = {}  # why a file is not a part of the store's (None: it is), by the same
+_WARNED: set[tuple] = set()  # foreign files already warned about in this process, by store folder
+
+
+class ForeignPartsWarning(UserWarning):  # a stage folder holds files the store did not write; they are ignored
+    pass
 
 
 def default_store_root() -> Path:
@@ -152,6 +151,55 @@ def check_stage(stage: str) -> str:
 
 def _sql_str(s: str | os.PathLike) -> str:
     return "'" + str(s).replace("'", "''") + "'"
+
+
+def _sql_list(paths: Iterable[str | os.PathLike]) -> str:
+    return "[" + ", ".join(_sql_str(p) for p in paths) + "]"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0]
+
+
+def part_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` is not one of the store's own parts, or None when it is: a name the store never gives
+    (:data:`PART_NAME`), a file that is not readable Parquet, or columns that are not :data:`SCHEMA` (only the
+    file's footer is read, once per process: parts never change)."""
+    path = Path(path)
+    if not PART_NAME.match(path.name):
+        return "not a name the store gives its parts"
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    sig = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if sig not in _PART_PROBLEMS:
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError, ValueError):
+            problem = "not a readable Parquet file"
+        else:
+            names = ", ".join(schema.names[:4]) + (", ..." if len(schema.names) > 4 else "")
+            problem = None if schema.equals(SCHEMA, check_metadata=False) else f"columns ({names}) not the store's"
+        _PART_PROBLEMS[sig] = problem
+    return _PART_PROBLEMS[sig]
+
+
+def check_select(sql: str) -> str:
+    """``sql`` when it is exactly one SELECT statement (``WITH ... SELECT``, ``FROM ...``, ``VALUES`` and
+    ``DESCRIBE`` / ``SUMMARIZE`` are SELECTs too, by DuckDB's parser); a :class:`FairvisionError` otherwise."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise FairvisionError(f"query failed: {_first_line(exc)}") from None
+    if len(statements) != 1:
+        raise FairvisionError(f"a store query is one SELECT statement; this text holds {len(statements)} statements"
+                              if statements else "empty query")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        name = {"LOAD": "INSTALL or LOAD", "VARIABLE_SET": "SET"}.get(kind.name, kind.name)
+        raise FairvisionError(f"a store query is read-only: one SELECT statement over the stages' views, not {name}")
+    return sql
 
 
 class ResultsStore:
@@ -236,18 +284,50 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ layout
 
+    def _stage_dirs(self) -> list[Path]:
+        is_stage = lambda p: p.is_dir() and _STAGE_RE.match(p.name)  # noqa: E731
+        return sorted(filter(is_stage, self.root.iterdir())) if self.root.is_dir() else []
+
+    def _scan(self, stage_dir: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+        """The store's own parts in a stage folder, and its other files with why (dot-files: temporaries)."""
+        own, foreign = [], []
+        with contextlib.suppress(OSError):
+            for p in sorted(stage_dir.iterdir()):
+                if p.name.startswith("."):
+                    continue
+                problem = "a folder" if p.is_dir() else part_problem(p)
+                (foreign.append((p, problem)) if problem else own.append(p))
+        return own, foreign
+
     def stages(self) -> list[str]:
-        """Stages that have at least one part."""
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and _STAGE_RE.match(p.name) and any(p.glob(PART_GLOB)))
+        """Stages that have at least one part of the store's own."""
+        return [d.name for d in self._stage_dirs() if self._scan(d)[0]]
 
     def parts(self, stage: str) -> list[Path]:
-        return sorted((self.root / check_stage(stage)).glob(PART_GLOB))
+        """The store's own parts of ``stage`` (other files in its folder are ignored: :meth:`foreign_parts`)."""
+        return self._scan(self.root / check_stage(stage))[0]
 
-    def _glob(self, stage: str) -> str:
-        return _sql_str(self.root / stage / PART_GLOB)
+    def foreign_parts(self, stage: str | None = None) -> list[tuple[Path, str]]:
+        """Files in the stage folders (or ``stage``'s) not written by the store, with why: ignored by every read."""
+        dirs = [self.root / check_stage(stage)] if stage is not None else self._stage_dirs()
+        return [f for d in dirs for f in self._scan(d)[1]]
+
+    def foreign_message(self, foreign: list[tuple[Path, str]]) -> str:
+        """One line naming (up to three of) ``foreign`` files and why each is not the store's."""
+        named = "; ".join(f"{p.relative_to(self.root)} ({why})" for p, why in foreign[:3])
+        return (f"{self.root}: {len(foreign)} file(s) in the results store not written by it, ignored: {named}"
+                + (f"; and {len(foreign) - 3} more" if len(foreign) > 3 else ""))
+
+    def _warn_foreign(self, stage: str | None = None) -> None:
+        foreign = self.foreign_parts(stage)
+        if foreign and (sig := (os.path.abspath(self.root), *(str(p) for p, _ in foreign))) not in _WARNED:
+            _WARNED.add(sig)
+            warnings.warn(self.foreign_message(foreign), ForeignPartsWarning, stacklevel=3)
+
+    def _source(self, stage: str, *, filename: bool = False) -> tuple[str, list[str]]:
+        """``read_parquet`` of the stage's own parts (absolute paths), and those paths."""
+        files = [os.path.abspath(p) for p in self.parts(stage)]
+        return f"read_parquet({_sql_list(files)}{', filename=true' if filename else ''})", files
 
     def _new_part_name(self, stage: str) -> Path:
         return self.root / stage / f"part-{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
@@ -303,13 +383,15 @@ class ResultsStore:
         if not len(wanted) or not (self.root / check_stage(stage)).is_dir():
             return {}
         with self._lock(create=False):
-            if not self.parts(stage):
+            self._warn_foreign(stage)
+            src, files = self._source(stage)
+            if not files:
                 return {}
             con = duckdb.connect()
             try:
                 con.register("wanted", wanted)
                 rows = con.execute(
-                    f"SELECT s.key, s.payload, s.subject_id FROM read_parquet({self._glob(stage)}) s "
+                    f"SELECT s.key, s.payload, s.subject_id FROM {src} s "
                     "JOIN wanted w ON s.key = w.key ORDER BY s.created"
                 ).fetchall()
             finally:
@@ -325,10 +407,12 @@ class ResultsStore:
 
     def _views(self, con) -> list[str]:
         """One view per stage, named after it: the newest row of each (key, sample_id, subject_id), with the
-        payload's fields as columns (fields named like a column of the store stay in ``payload``)."""
-        made = []
+        payload's fields as columns (fields named like a column of the store stay in ``payload``), over the
+        stage's own parts. Returns the part files read."""
+        files = []
         for stage in self.stages():
-            src = f"read_parquet({self._glob(stage)}, union_by_name=true)"
+            src, parts = self._source(stage)
+            files += parts
             structure = con.execute(f"SELECT json_group_structure(payload::JSON) FROM {src}").fetchone()[0]
             fields = json.loads(structure) if structure else {}
             if not isinstance(fields, dict):
@@ -343,44 +427,64 @@ class ResultsStore:
             else:
                 body = dedup
             con.execute(f'CREATE OR REPLACE VIEW "{stage}" AS {body}')
-            made.append(stage)
-        return made
+        return files
+
+    @staticmethod
+    def _lock_down(con, files: list[str] | None) -> None:
+        """After the views exist: the connection may read no file but ``files`` (the store's own parts), install
+        or load no extension, and change no setting. A DuckDB without ``allowed_paths`` (or ``files=None``) gets
+        the views copied into memory first, then no file access at all."""
+        try:
+            con.execute(f"SET allowed_paths = {_sql_list(files)}")  # files=None: an error, as in an old DuckDB
+        except (duckdb.Error, TypeError):
+            for (v,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall():
+                con.execute(f'CREATE TABLE "_{v}" AS FROM "{v}"; DROP VIEW "{v}"; ALTER TABLE "_{v}" RENAME TO "{v}"')
+        for setting in ("enable_external_access", "autoinstall_known_extensions", "autoload_known_extensions",
+                        "allow_community_extensions"):
+            con.execute(f"SET {setting} = false")
+        con.execute("SET lock_configuration = true")
 
     def query(self, sql: str) -> pd.DataFrame:
-        """Run DuckDB SQL over the stages (one view per stage, named after it) and return the result."""
+        """Run one read-only SELECT statement over the stages (one view per stage, named after it) and return
+        the result. Any other statement (a second one, COPY, ATTACH, INSTALL, SET, CREATE, ...) is refused, and
+        the query runs on a DuckDB connection that can open no file but the store's own parts, load no
+        extension and change no setting (:meth:`_lock_down`)."""
+        check_select(sql)
         if not self.root.is_dir():
             raise FairvisionError(f"{self.root}: no results store here (nothing has been stored yet)")
         with self._lock(create=False):
+            self._warn_foreign()
             con = duckdb.connect()
             try:
-                self._views(con)
+                self._lock_down(con, self._views(con))
                 try:
                     return con.execute(sql).df()
                 except duckdb.Error as exc:
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    raise FairvisionError(f"query failed: {first}") from None
+                    raise FairvisionError(f"query failed: {_first_line(exc)}") from None
             finally:
                 con.close()
 
     def info(self) -> pd.DataFrame:
-        """One row per stage: ``parts``, ``rows``, ``unique_rows`` (distinct key, sample and subject),
-        ``keys``, ``subjects``, ``params`` (distinct parameter hashes), ``bytes``, ``first`` and ``last``
-        (created)."""
-        cols = ["stage", "parts", "rows", "unique_rows", "keys", "subjects", "params", "bytes", "first", "last"]
+        """One row per stage: ``parts``, ``rows``, ``unique_rows`` (distinct key, sample and subject), ``keys``,
+        ``subjects``, ``params`` (distinct parameter hashes), ``bytes``, ``first`` and ``last`` (created) of the
+        store's own parts, and ``foreign``: other files in the folder, ignored (:meth:`foreign_parts`)."""
+        cols = "stage parts rows unique_rows keys subjects params bytes first last foreign".split()
         out = []
         if self.root.is_dir():
             with self._lock(create=False):
                 con = duckdb.connect()
                 try:
-                    for stage in self.stages():
-                        parts = self.parts(stage)
+                    for stage_dir in self._stage_dirs():
+                        parts, foreign = self._scan(stage_dir)
+                        if not parts:  # a folder with foreign files only: a row without parts
+                            out += [[stage_dir.name, 0, 0, 0, 0, 0, 0, 0, None, None, len(foreign)]] if foreign else []
+                            continue
                         row = con.execute(
                             f"SELECT count(*), count(DISTINCT ({', '.join(IDENTITY)})), count(DISTINCT key), "
                             f"count(DISTINCT subject_id), count(DISTINCT params_hash), min(created), max(created) "
-                            f"FROM read_parquet({self._glob(stage)})"
-                        ).fetchone()
-                        out.append([stage, len(parts), row[0], row[1], row[2], row[3], row[4],
-                                    sum(p.stat().st_size for p in parts), row[5], row[6]])
+                            f"FROM {self._source(stage_dir.name)[0]}").fetchone()
+                        out.append([stage_dir.name, len(parts), row[0], row[1], row[2], row[3], row[4],
+                                    sum(p.stat().st_size for p in parts), row[5], row[6], len(foreign)])
                 finally:
                     con.close()
         return pd.DataFrame(out, columns=cols)
@@ -396,26 +500,27 @@ class ResultsStore:
     def vacuum(self, *, max_parts: int | None = None, blocking: bool = True) -> dict:
         """Compact each stage's parts into one, keeping the newest row of each (key, sample_id,
         subject_id); remove leftovers of killed writes. With ``max_parts``, only stages with more parts
-        than that. Returns ``{"stages", "parts_before", "parts_after", "rows_before", "rows_after"}``
-        (``{"skipped": True}`` when ``blocking=False`` and another process holds the lock)."""
-        stats = {"stages": 0, "parts_before": 0, "parts_after": 0, "rows_before": 0, "rows_after": 0}
+        than that. Files that are not the store's own parts are never read: they stay, listed in ``"foreign"``
+        (``[(path, reason)]``). Returns ``{"stages", "parts_before", "parts_after", "rows_before", "rows_after",
+        "foreign"}`` (``{"skipped": True}`` when ``blocking=False`` and another process holds the lock)."""
+        stats = {"stages": 0, "parts_before": 0, "parts_after": 0, "rows_before": 0, "rows_after": 0, "foreign": []}
         if not self.root.is_dir():
             return stats
         with self._lock(exclusive=True, blocking=blocking) as got:
             if not got:
                 return {**stats, "skipped": True}
             renames, deletions = [], []
-            for stage_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and _STAGE_RE.match(p.name)):
+            for stage_dir in self._stage_dirs():
                 self._clean_temporaries(stage_dir)
-                parts = sorted(stage_dir.glob(PART_GLOB))
+                parts, foreign = self._scan(stage_dir)
+                stats["foreign"] += foreign
+                stats["parts_before"] += len(parts)
                 if not parts or (max_parts is not None and len(parts) <= max_parts):
-                    stats["parts_before"] += len(parts)
                     stats["parts_after"] += len(parts)
                     continue
                 table = pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in parts])
                 kept = self._dedup(table)
                 stats["stages"] += 1
-                stats["parts_before"] += len(parts)
                 stats["rows_before"] += table.num_rows
                 stats["rows_after"] += kept.num_rows
                 if len(parts) == 1 and kept.num_rows == table.num_rows:
@@ -435,8 +540,7 @@ class ResultsStore:
     @staticmethod
     def _dedup(table: pa.Table) -> pa.Table:
         """The newest row of each (key, sample_id, subject_id), oldest first."""
-        df = table.to_pandas().sort_values("created", kind="stable")
-        df = df.drop_duplicates(list(IDENTITY), keep="last")
+        df = table.to_pandas().sort_values("created", kind="stable").drop_duplicates(list(IDENTITY), keep="last")
         return pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
 
     def forget(self, subject_id=None, *, content_hashes: Iterable[str] = (), dry_run: bool = False) -> dict[str, int]:
@@ -460,7 +564,7 @@ class ResultsStore:
                 hashes: set[str] = {str(h) for h in content_hashes}
                 for stage in stages if subject_id is not None else []:
                     hashes |= {h for (h,) in con.execute(
-                        f"SELECT DISTINCT content_hash FROM read_parquet({self._glob(stage)}) "
+                        f"SELECT DISTINCT content_hash FROM {self._source(stage)[0]} "
                         "WHERE subject_id = ? AND content_hash IS NOT NULL", [subject_id]).fetchall()}
                 con.register("gone", pd.DataFrame({"h": pd.Series(sorted(hashes), dtype=object)}))
                 if subject_id is not None:
@@ -470,7 +574,7 @@ class ResultsStore:
                 renames, deletions = [], []
                 for stage in stages:
                     hit = con.execute(
-                        f"SELECT filename, count(*) FROM read_parquet({self._glob(stage)}, filename=true) "
+                        f"SELECT filename, count(*) FROM {self._source(stage, filename=True)[0]} "
                         f"WHERE {match} GROUP BY filename", args).fetchall()
                     for fname, n in hit:
                         counts[stage] = counts.get(stage, 0) + int(n)

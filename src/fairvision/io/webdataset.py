@@ -27,7 +27,8 @@ shard). Before returning the bytes, :func:`read_member` checks the member's
 own 512-byte tar header just before ``offset`` (valid checksum, regular file,
 same size and, for names that fit a ustar header, same name), so a shard
 rewritten since it was listed is an error, not other pixels.
-:func:`fairvision.io.images.read_image` accepts these references, and
+:func:`fairvision.io.images.read_image` accepts these references (and checks a
+member's pixel count from its header before decoding, as for a file), and
 :func:`member_sha256` is the content hash of the member's bytes (the same as of
 the image extracted to a file), so the results store keys a tar member as it
 keys the same image in a folder.

@@ -48,7 +48,7 @@ from fairvision import __version__
 from fairvision.engine import ExecutionSettings, check_engine, imap
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import InputFileError, ParameterError
-from fairvision.io.images import read_image, write_png
+from fairvision.io.images import ImageTooLargeError, read_image, write_png
 from fairvision.io.masks import match_masks
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
@@ -200,6 +200,9 @@ def _measure_one(task: dict) -> dict:
     rec: dict[str, Any] = {"ok": False, "reason": None}
     try:
         image = read_image(task["image_path"])
+    except ImageTooLargeError as exc:  # not stored: a run with a raised limit measures it
+        rec.update(reason=str(exc), mask_method=params["mask_method"], n_faces=0, n_pixels=0, flags="image_too_large")
+        return rec
     except InputFileError as exc:
         rec.update(reason=str(exc), mask_method=params["mask_method"], n_faces=0, n_pixels=0, flags="unreadable_image")
         return rec
@@ -409,7 +412,7 @@ class _Batch:
         i, key, content = self.slots[t]
         if outcome.ok:
             rec = outcome.value
-            if key is not None:
+            if key is not None and rec.get("flags") != "image_too_large":
                 self.store.put(STAGE, key, {k: v for k, v in rec.items() if k != "overlay_path"}, content_hash=content,
                                params_hash=self.phash, sample_id=self.df[SAMPLE_ID].iat[i],
                                subject_id=self.subjects[i], image_path=self.df[IMAGE_PATH].iat[i])

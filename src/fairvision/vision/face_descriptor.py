@@ -13,8 +13,8 @@ status table with a reason, never raised: the caller decides what to do with
 them (the retrieval audit leaves them out of the catalog and says how many).
 
 The model folder is located with :func:`importlib.util.find_spec`, because
-importing ``face_recognition_models`` imports ``pkg_resources``. dlib and PIL
-are imported lazily.
+importing ``face_recognition_models`` imports ``pkg_resources``. dlib is imported
+lazily; images are read with :func:`fairvision.io.images.read_image`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import FairvisionError
+from fairvision.io.images import ImageTooLargeError, read_image
 
 DESCRIPTOR_DIM = 128
 _RESNET = "dlib_face_recognition_resnet_model_v1.dat"
@@ -48,10 +49,7 @@ def model_dir() -> Path:
 
 
 def _load_rgb(path) -> np.ndarray:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        return np.ascontiguousarray(np.asarray(im.convert("RGB"), dtype=np.uint8))
+    return read_image(path)  # the pixel limit is checked from the header before decoding
 
 
 class FaceDescriptor:
@@ -100,6 +98,8 @@ class FaceDescriptor:
         if not isinstance(image, np.ndarray):
             try:
                 image = _load_rgb(image)
+            except ImageTooLargeError as exc:  # not "unreadable": not stored, so a raised limit describes it
+                return None, {"n_faces": 0, "box": None, "reason": f"image too large: {exc}"}
             except Exception as exc:  # any decoder failure is recorded, not raised
                 return None, {"n_faces": 0, "box": None, "reason": f"unreadable: {type(exc).__name__}"}
         img = np.ascontiguousarray(image, dtype=np.uint8)

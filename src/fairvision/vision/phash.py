@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fairvision.io.images import check_image_pixels
+
 #: Side of the grey thumbnail the DCT is taken of, and side of the low-frequency block kept.
 THUMB_SIDE, HASH_SIDE = 32, 8
 
@@ -165,6 +167,7 @@ def inspect_image_file(path: str | os.PathLike) -> dict:
         out["error"] = "the file is empty"
         return out
     try:
+        check_image_pixels(data, "image")
         with Image.open(io.BytesIO(data)) as im:
             out["format"] = im.format
             out.update(_metadata(im))
@@ -200,6 +203,7 @@ def reencode_without_metadata(data: bytes) -> tuple[bytes, str]:
     lossless, BMP); JPEG is written at quality 95. Returns the bytes and a short description of what was done.
     """
     Image, ImageOps = _pil()
+    check_image_pixels(data, "image")
     with Image.open(io.BytesIO(data)) as im:
         fmt = im.format or "PNG"
         icc = im.info.get("icc_profile")

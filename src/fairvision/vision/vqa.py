@@ -35,7 +35,7 @@ from typing import Any, Callable
 from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from PIL import Image
 
-from fairvision.io.images import encode_png, read_image
+from fairvision.io.images import check_image_pixels, encode_png, read_image
 from fairvision.vision.clip import weights_fingerprint
 
 #: MIME type of image files sent as they are (by file suffix; kept for callers, the content type sent is taken
@@ -46,6 +46,59 @@ IMAGE_KINDS = ("array", "pil", "path")
 MAX_SIDE = 1024
 #: data URLs kept per adapter (the questions of one image are asked one after the other)
 DATA_URL_CACHE = 32
+#: default cap on the bytes read from one HTTP reply of :class:`OpenAIChatVQA` (1 MB; an answer is a few hundred
+#: bytes): a longer reply is a failed reply, refused after reading at most this many bytes plus one chunk
+MAX_REPLY_BYTES = 1_000_000
+#: bytes read from the socket at a time
+READ_CHUNK = 64 * 1024
+#: bytes of an HTTP error reply's body read for its one-line message
+ERROR_BODY_BYTES = 4096
+
+
+class FailedReply(FairvisionError):
+    """A reply that arrived but holds no answer: larger than the adapter's byte cap, or ``content: null``.
+
+    The VQA probe counts these per question and leaves them out of every rate (they are neither an answer nor a
+    model that stays silent); they are not kept in the results store, so a later run asks again. ``reason`` is
+    the short kind of failure used for counting; the message names the URL and the details.
+    """
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def read_reply(resp, limit: int, *, url: str = "reply", deadline: float | None = None) -> bytes:
+    """The body of an HTTP reply, reading at most ``limit`` bytes (plus one chunk) (docs/METHODS.md §12.3).
+
+    A ``Content-Length`` above ``limit`` is refused before anything is read; otherwise the body is read in
+    chunks of at most :data:`READ_CHUNK` bytes (one socket read each) and refused as soon as more than ``limit``
+    bytes came. ``deadline`` (a ``time.monotonic()`` value) bounds the whole read: past it, ``TimeoutError``.
+    A body shorter than its ``Content-Length`` raises ``http.client.IncompleteRead``.
+
+    Raises
+    ------
+    FailedReply
+        With reason ``"reply over the byte cap"`` when the reply is larger than ``limit``.
+    """
+    declared = resp.headers.get("Content-Length") if getattr(resp, "headers", None) is not None else None
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise FailedReply(f"{url}: reply of {int(declared)} bytes (Content-Length) is larger than the cap of "
+                          f"{limit} bytes (max_reply_bytes); not read", "reply over the byte cap")
+    read = getattr(resp, "read1", None) or resp.read
+    buf = bytearray()
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("reply not complete in time")
+        chunk = read(min(READ_CHUNK, limit + 1 - len(buf)))
+        if not chunk:
+            if declared is not None and declared.strip().isdigit() and len(buf) < int(declared):
+                raise http.client.IncompleteRead(bytes(buf), int(declared) - len(buf))  # read1 does not say
+            return bytes(buf)
+        buf += chunk
+        if len(buf) > limit:
+            raise FailedReply(f"{url}: reply larger than the cap of {limit} bytes (max_reply_bytes); stopped "
+                              f"reading after {len(buf)} bytes", "reply over the byte cap")
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -292,6 +345,7 @@ def image_data_url(path: str | os.PathLike, max_side: int | None = None) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read the image ({exc.strerror or exc})") from None
+    check_image_pixels(data, path)  # a bomb is refused from its header, even when it would be sent as it is
     mime = sniff_mime(data)
     limit = int(max_side) if max_side else None
     if mime is not None and limit is not None:
@@ -341,11 +395,21 @@ class OpenAIChatVQA:
         questions that follow (the last 32 images are kept).
     max_tokens, temperature, system
         Answer length, sampling temperature (0: greedy, reproducible) and an optional system message.
+    max_reply_bytes : int
+        Most bytes read from one reply (default :data:`MAX_REPLY_BYTES`, 1 MB): a larger reply (by its
+        ``Content-Length``, or once more bytes came) is a :class:`FailedReply`, not read to its end and not
+        tried again. Not part of :attr:`signature` (it decides whether an answer is read, not what it says).
+
+    A reply whose ``choices[0].message.content`` is null is a :class:`FailedReply` too (unless the message
+    carries a ``refusal`` text, which is the answer), never an empty answer: an empty answer is a model that
+    stays silent, a null one is a reply without an answer. The time limit ``timeout`` also bounds reading the
+    whole reply.
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0,
                  retries: int = 3, backoff: float = 0.5, max_tokens: int = 64, temperature: float = 0.0,
-                 system: str | None = None, max_side: int | None = MAX_SIDE):
+                 system: str | None = None, max_side: int | None = MAX_SIDE,
+                 max_reply_bytes: int = MAX_REPLY_BYTES):
         if not base_url or not str(base_url).startswith(("http://", "https://")):
             raise ParameterError("base_url", f"must start with http:// or https://, not {base_url!r}")
         if not model:
@@ -361,6 +425,9 @@ class OpenAIChatVQA:
         if max_side is not None and int(max_side) < 0:
             raise ParameterError("max_side", f"must be 0 (send as is) or a positive number of pixels, not {max_side!r}")
         self.max_side = int(max_side) if max_side else None
+        if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int) or max_reply_bytes < 1:
+            raise ParameterError("max_reply_bytes", f"must be a positive whole number of bytes, not {max_reply_bytes!r}")
+        self.max_reply_bytes = max_reply_bytes
         self._urls: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
         self.retries = max(0, int(retries))
@@ -412,9 +479,15 @@ class OpenAIChatVQA:
             req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
+                    raw = read_reply(resp, self.max_reply_bytes, url=self.url,
+                                     deadline=time.monotonic() + self.timeout)
             except urllib.error.HTTPError as exc:
-                detail = _one_line(exc.read().decode("utf-8", "replace"))
+                try:
+                    detail = _one_line(exc.read(ERROR_BODY_BYTES).decode("utf-8", "replace"))
+                except (OSError, http.client.HTTPException):
+                    detail = _one_line(exc.reason)
+                finally:
+                    exc.close()  # the rest of the body is not read
                 if exc.code >= 500:
                     last = f"HTTP {exc.code}: {detail}"
                     continue
@@ -446,15 +519,23 @@ class OpenAIChatVQA:
         raise FairvisionError(f"{self.url}: {last} (after {self.retries + 1} tries)")
 
     def parse(self, raw: bytes) -> str:
-        """The answer text of a chat completion response (content as a string or as a list of text parts)."""
+        """The answer text of a chat completion response (content as a string or as a list of text parts); a
+        null content is a :class:`FailedReply` (a ``refusal`` text beside it is the answer)."""
         try:
             doc = json.loads(raw)
-            content = doc["choices"][0]["message"].get("content")
+            message = doc["choices"][0]["message"]
+            content = message.get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise FairvisionError(f"{self.url}: malformed response (expected JSON with "
                                   f"choices[0].message.content): {_one_line(raw.decode('utf-8', 'replace'), 120)}") from None
         if content is None:
-            return ""
+            refusal = message.get("refusal")
+            if isinstance(refusal, str) and refusal.strip():
+                return refusal.strip()
+            finish = doc["choices"][0].get("finish_reason")
+            raise FailedReply(f"{self.url}: the reply's message content is null (no answer text"
+                              + (f"; finish_reason {_one_line(finish, 40)!r}" if finish else "") + ")",
+                              "content null")
         if isinstance(content, list):
             return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict)).strip()
         return str(content).strip()

@@ -216,6 +216,14 @@ def _scores(data: pd.DataFrame, score: str, attribute: str, confounder: str, out
         require_columns(data, [col], source=src)
     if attribute == confounder:
         raise FairvisionError("the attribute and the confounder must be different columns")
+    strata = data[confounder]
+    if pd.api.types.is_numeric_dtype(strata) and not pd.api.types.is_bool_dtype(strata):
+        inf = np.isinf(pd.to_numeric(strata, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
+        if inf.any():
+            row = int(np.flatnonzero(inf)[0]) + 1
+            raise ColumnError(f"{src}: row {row}: confounder column {confounder!r} is {strata.iloc[row - 1]:g} "
+                              f"({int(inf.sum())} infinite values); strata need finite numbers (leave a cell empty "
+                              "to leave the row out)")
     y = pd.to_numeric(data[score], errors="coerce")
     bad = data[score].notna() & y.isna()
     if bad.any():

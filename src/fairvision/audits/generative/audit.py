@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.generative.assessors import assess_images, pair_changes
-from fairvision.audits.generative.generators import generate
+from fairvision.audits.generative.generators import generate, near_duplicates
 from fairvision.audits.generative.spec import GenerativeSpec
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.audits.skin import SkinComparison, audit_skin_comparison
@@ -250,6 +250,7 @@ def audit_generative(
     pairs = pd.concat([pair_changes(r, spec.seeds, images) for r in recs], ignore_index=True)
     words, topics, model = score_pairs(pairs, min_effect=spec.min_effect, settings=settings)
     distribution, notes = _skin_distributions(spec, records, images, settings)
+    notes[:0] = near_duplicate_notes(spec.seeds["sample_id"], spec.prompts["word"])
     n_failed = int((~records["ok"].astype(bool)).sum())
     if n_failed:
         notes.append(f"{n_failed:,} of {len(records):,} generations failed; their reasons are in the records table")
@@ -266,6 +267,20 @@ def audit_generative(
         thresholds=_threshold_counts(pairs, spec.thresholds), top_words=_top_words(words, int(spec.scores.get("top", 5))),
         face_lost=_face_lost(pairs), distribution=distribution, settings=result_settings, notes=notes,
     )
+
+
+def near_duplicate_notes(seed_ids, words) -> list[str]:
+    """One note per group of seed ids or words that differ only in case or punctuation (docs/METHODS.md §10.1).
+
+    They are kept apart (each output's file name carries a hash of the exact id), so each is scored on its own;
+    the note asks the user to check that they are meant to be different.
+    """
+    out = []
+    for what, values in (("seed ids", seed_ids), ("words", words)):
+        for group in near_duplicates(values):
+            out.append(f"{what} {' and '.join(map(repr, group))} differ only in case or punctuation; they are kept "
+                       "apart and scored separately: merge them if they are meant to be the same")
+    return out
 
 
 def _face_lost(pairs: pd.DataFrame) -> pd.DataFrame:

@@ -31,12 +31,9 @@ import base64
 import hashlib
 import importlib
 import inspect
-import io
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 import zlib
 from pathlib import Path
 from typing import Any, Callable
@@ -44,11 +41,12 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.generative.webui import ENDPOINT, MAX_REPLY_BYTES, img2img
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.engine import content_key, imap
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes
-from fairvision.io.images import encode_png, read_image
+from fairvision.io.images import decode_image, encode_png, read_image
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
 from fairvision.skin.masks import skin_mask
 from fairvision.skin.transect import shift_region_colour
@@ -63,6 +61,29 @@ def slug(text: str) -> str:
     """File-name form of a word: lower case, runs of other characters as ``-`` (``"bus driver"`` -> ``bus-driver``)."""
     s = re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
     return s or "x"
+
+
+def file_name(text: str) -> str:
+    """Collision-free file-name form of an exact id: a readable slug plus 8 hex digits of its SHA-256 (docs/METHODS.md §10.1).
+
+    ``"Anna"`` -> ``anna-<hash>`` and ``"anna"`` -> ``anna-<other hash>``: ids that differ only in case or
+    punctuation keep apart. The slug is cut to 40 characters (the hash keeps long ids apart).
+    """
+    text = str(text)
+    return f"{slug(text)[:40].strip('-') or 'x'}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
+
+
+def output_name(seed_id: str, word: str, seed: int) -> str:
+    """Where an output goes under its generator's work folder: ``<file_name(seed_id)>/<file_name(word)>__s<seed>.png``."""
+    return f"{file_name(seed_id)}/{file_name(word)}__s{int(seed)}.png"
+
+
+def near_duplicates(values) -> list[list[str]]:
+    """Groups of distinct ids whose :func:`slug` is the same (they differ only in case or punctuation)."""
+    groups: dict[str, list[str]] = {}
+    for v in dict.fromkeys(map(str, values)):
+        groups.setdefault(slug(v), []).append(v)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def as_rgb_uint8(image: Any, where: str = "generator output") -> np.ndarray:
@@ -169,6 +190,8 @@ class FolderGenerator(Generator):
     ``topic`` and ``seed``, relative to ``path``; with no suffix in the pattern
     ``.png``, ``.jpg``, ``.jpeg`` and ``.webp`` are tried in that order. With
     several generation seeds use a pattern such as ``"{seed_id}/{word}__s{seed}"``.
+    Two outputs whose filled-in patterns name one file (ignoring case) are an
+    error naming both ids (:meth:`check_names`), never one image read twice.
     """
 
     kind = "folder"
@@ -179,9 +202,34 @@ class FolderGenerator(Generator):
         if not self.path.is_dir():
             raise FairvisionError(f"folder generator: {self.path}: no such folder")
 
+    def relative(self, seed_id: str, word: str, topic: str, seed: int) -> str:
+        """The pattern filled in for one output (relative to ``path``, maybe without a suffix)."""
+        try:
+            return self.params["pattern"].format(seed_id=seed_id, word=slug(word), topic=slug(topic), seed=seed)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise FairvisionError(f"folder generator {self.name!r}: pattern {self.params['pattern']!r} is not valid "
+                                  f"({type(exc).__name__}: {exc}); use {{seed_id}}, {{word}}, {{topic}}, {{seed}}") from None
+
+    def check_names(self, items) -> None:
+        """Raise when two different ``(seed_id, word, topic, seed)`` map to one file (docs/METHODS.md §10.1).
+
+        File names are compared ignoring case (the same file on macOS and Windows), and words lose their
+        punctuation (``nurse`` and ``Nurse!`` are both ``nurse.png``): such outputs would be read twice
+        as one, so the error names both ids.
+        """
+        seen: dict[str, tuple] = {}
+        for it in items:
+            rel = self.relative(*it)
+            prev = seen.setdefault(rel.casefold(), it)
+            if prev != it:
+                what = [(lab, a, b) for lab, a, b in zip(("seed ids", "words", "topics", "seeds"), prev, it) if a != b]
+                ids = " and ".join(f"{lab} {a!r} and {b!r}" for lab, a, b in what)
+                raise FairvisionError(f"folder generator {self.name!r}: {ids} map to the same file "
+                                      f"{self.path / rel} (file names ignore case and punctuation); rename one in the "
+                                      "seed table or word list, or use a pattern that tells them apart")
+
     def locate(self, seed_id: str, word: str, topic: str, seed: int) -> Path:
-        rel = self.params["pattern"].format(seed_id=seed_id, word=slug(word), topic=slug(topic), seed=seed)
-        base = self.path / rel
+        base = self.path / self.relative(seed_id, word, topic, seed)
         if base.suffix.lower() in IMAGE_SUFFIXES:
             return base
         for suf in IMAGE_SUFFIXES:
@@ -248,35 +296,25 @@ class HTTPGenerator(Generator):
     Each edit is one ``POST {url}/sdapi/v1/img2img`` with ``init_images``
     (the seed as base64 PNG), ``prompt``, ``seed`` and the spec's ``params``
     (e.g. ``denoising_strength``, ``steps``, ``cfg_scale``, ``negative_prompt``);
-    the first of the returned base64 ``images`` is the output.
+    the first of the returned base64 ``images`` is the output. At most
+    ``max_bytes`` (default 64 MiB) of a reply are read; a larger one fails that prompt.
     """
 
     kind = "http"
-    ENDPOINT = "/sdapi/v1/img2img"
+    ENDPOINT = ENDPOINT
 
     def __init__(self, name: str = "http", *, url: str = "http://127.0.0.1:7860", params: dict | None = None,
-                 timeout: float = 600.0):
+                 timeout: float = 600.0, max_bytes: int = MAX_REPLY_BYTES):
         super().__init__(name, {"url": url.rstrip("/"), "params": dict(params or {}), "timeout": float(timeout)})
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+            raise FairvisionError(f"http generator {name!r}: max_bytes must be a positive number of bytes")
+        self.max_bytes = max_bytes  # bounds the reply; not an output parameter, so not hashed
 
     def edit(self, image, prompt, seed, **info):
         payload = {**self.params["params"], "init_images": [base64.b64encode(encode_png(as_rgb_uint8(image))).decode()],
                    "prompt": prompt, "seed": int(seed)}
-        req = urllib.request.Request(self.params["url"] + self.ENDPOINT, data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=self.params["timeout"]) as resp:
-                body = json.loads(resp.read().decode())
-        except urllib.error.HTTPError as exc:
-            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: {getattr(exc, 'reason', exc)}") from None
-        except json.JSONDecodeError:
-            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: the answer is not JSON") from None
-        images = body.get("images") if isinstance(body, dict) else None
-        if not images:
-            raise FairvisionError(f"{self.params['url']}{self.ENDPOINT}: the answer has no images")
-        data = images[0].split(",", 1)[1] if images[0].startswith("data:") else images[0]
-        return decode_image(base64.b64decode(data))
+        return decode_image(img2img(self.params["url"], payload, timeout=self.params["timeout"],
+                                    max_bytes=self.max_bytes), f"the image in the reply of {self.params['url']}")
 
 
 class DiffusersGenerator(Generator):
@@ -366,14 +404,6 @@ class DiffusersGenerator(Generator):
         return as_rgb_uint8(np.asarray(out.images[0], dtype=np.float32))
 
 
-def decode_image(data: bytes) -> np.ndarray:
-    """RGB uint8 array of encoded image bytes (PNG, JPEG, WebP)."""
-    from PIL import Image  # lazy: only the HTTP adapter decodes bytes
-
-    with Image.open(io.BytesIO(data)) as im:
-        return np.ascontiguousarray(np.asarray(im.convert("RGB"), dtype=np.uint8))
-
-
 def make_generator(config: dict, base: Path | None = None) -> Generator:
     """A generator from its spec table (``kind`` and the kind's keys)."""
     cfg = dict(config)
@@ -431,6 +461,14 @@ def _generate_one(item: dict) -> dict:
     return rec
 
 
+def _intact(path: Path, sha256: str) -> bool:
+    """The output file is there and still has the bytes its record names (nothing overwrote it)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == sha256
+    except OSError:
+        return False
+
+
 def read_manifest(path: Path) -> pd.DataFrame:
     """The records of a manifest; the last record of each (seed_id, word, seed) wins."""
     rows = []
@@ -463,8 +501,12 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     config : dict
         The generator's spec table (``kind``, ``name``, ``seeds`` ...).
     workdir : path
-        Outputs go to ``workdir/<generator>/<seed_id>/<word>__s<seed>.png`` and
-        records to ``workdir/<generator>/manifest.jsonl``.
+        Outputs go to ``workdir/<generator>/<slug>-<hash8>/<slug>-<hash8>__s<seed>.png``
+        (:func:`output_name`: seed id, then word, each a slug plus a hash of the
+        exact id) and records to ``workdir/<generator>/manifest.jsonl``. A
+        recorded output is reused only when its file has that name and still
+        has the recorded SHA-256; otherwise it is made again (an older work
+        folder's outputs, named without the hash, are made again once).
     settings : AuditSettings, optional
         Uses ``engine``, ``address`` and ``workers``: parallel workers (each
         builds its own generator; default 1); use 1 for a model that holds a
@@ -482,6 +524,10 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     """
     settings = settings or DEFAULT_SETTINGS
     gen = make_generator(config, base)  # validates the config here, before any work
+    g_seeds = [int(x) for x in config.get("seeds", [0])]
+    if isinstance(gen, FolderGenerator):
+        gen.check_names((str(sid), w, t, g) for sid in seeds[SAMPLE_ID]
+                        for w, t in zip(prompts["word"], prompts["topic"]) for g in g_seeds)
     root = Path(workdir) / slug(gen.name)
     root.mkdir(parents=True, exist_ok=True)
     manifest = root / MANIFEST
@@ -489,14 +535,15 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     done_ok = {}
     if not done.empty:
         for r in done.itertuples(index=False):
-            if r.ok and (root / r.output_path).is_file():
-                done_ok[(r.seed_id, r.word, int(r.seed))] = r
+            if r.ok and r.output_path == output_name(r.seed_id, r.word, r.seed) and _intact(root / r.output_path,
+                                                                                             r.sha256):
+                done_ok[(str(r.seed_id), str(r.word), int(r.seed))] = r
     todo, kept = [], []
     for s in seeds[[SAMPLE_ID, IMAGE_PATH]].itertuples(index=False):
         for p in prompts.itertuples(index=False):
             ip = gen.item_params(p.word)
             h = params_hash(ip)
-            for g_seed in config.get("seeds", [0]):
+            for g_seed in g_seeds:
                 key = (str(s.sample_id), p.word, int(g_seed))
                 prev = done_ok.get(key)
                 if prev is not None and prev.params_hash == h:
@@ -505,7 +552,7 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
                 todo.append({"seed_id": str(s.sample_id), "image_path": str(s.image_path), "topic": p.topic,
                              "word": p.word, "prompt": p.prompt, "seed": int(g_seed), "params_hash": h,
                              "params": json.dumps(ip, sort_keys=True, default=str), "root": str(root),
-                             "output_path": f"{slug(s.sample_id)}/{slug(p.word)}__s{int(g_seed)}.png"})
+                             "output_path": output_name(s.sample_id, p.word, g_seed)})
     total = len(todo) + len(kept)
     new = []
     if todo:

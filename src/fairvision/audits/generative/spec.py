@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fairvision.audits.generative.generators import slug
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.datasets import demo_path, from_folder, load_portraits
 from fairvision.errors import FairvisionError, InputFileError, ParameterError
@@ -199,6 +200,10 @@ def _read_generators(doc: dict, path: Path) -> list[dict]:
         g.setdefault("name", kind if len(gens) == 1 else f"{kind}-{i + 1}")
         if g["name"] in names:
             raise _err(path, "generator", f"two generators are named {g['name']!r}")
+        twin = next((n for n in names if slug(n) == slug(g["name"])), None)
+        if twin is not None:  # both would write to the work folder <workdir>/<slug>
+            raise _err(path, "generator", f"generators {twin!r} and {g['name']!r} differ only in case or punctuation "
+                                          f"and would share the work folder {slug(g['name'])!r}; rename one")
         names.add(g["name"])
         seeds = g.setdefault("seeds", [0])
         if isinstance(seeds, int):

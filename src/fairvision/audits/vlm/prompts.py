@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError, ParameterError
-from fairvision.io.embeddings import npz_array, read_embeddings
+from fairvision.io.embeddings import npz_array, open_npz, read_embeddings
 from fairvision.io.tables import read_raw_table
 from fairvision.io.toml import read_toml
 
@@ -81,10 +81,7 @@ def read_text_embeddings(source, probe: str | None = None) -> tuple[np.ndarray, 
         path = Path(source)
         if not path.is_file():
             raise InputFileError(f"{path}: no such file")
-        try:
-            z = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise InputFileError(f"{path}: cannot read as .npz: {str(exc).splitlines()[0]}") from None
+        z = open_npz(path)
         if "labels" not in z.files:
             raise InputFileError(f"{path}: no array named 'labels' (one label per prompt embedding)")
         labels = [str(v) for v in npz_array(z, "labels", path)]

@@ -24,7 +24,7 @@ import pandas as pd
 from fairvision.audits.gates import quantity_key
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.audits.vlm.samples import SampleOptions, prepare_samples, subject_clusters
-from fairvision.audits.vlm.vqa_asking import ask
+from fairvision.audits.vlm.vqa_asking import ask, failure_summary
 from fairvision.audits.vlm.vqa_parsing import QuestionSet, load_questions, load_toxic_words, parse_answers, read_answers
 from fairvision.audits.vlm.vqa_statistics import (PRONOUN_COLUMNS, QUANTITIES, RATE_COLUMNS, TERM_COLUMNS, Answers,
                                                   TermOptions, answer_values, overall_rates, pronoun_rows, rate_rows,
@@ -47,7 +47,8 @@ class VQAResult:
     attributes of the set (intersections are named ``"a × b"`` with groups ``"x × y"``) and ``too_small`` marks
     groups with fewer than ``min_subjects`` subjects (reported, not tested, never flagged). ``overall``: the rate of each (tone, quantity)
     over all answers. ``pronouns``: pronoun counts and shares per group and tone (among responses). ``terms``:
-    the most frequent extracted terms per group and tone with NPMI.
+    the most frequent extracted terms per group and tone with NPMI. ``meta`` counts the failed replies
+    (``n_failed``, ``failures`` by kind, ``first_failure``): they are not in ``answers`` nor in any rate.
     """
 
     answers: pd.DataFrame
@@ -64,7 +65,7 @@ class VQAResult:
         return self.rates
 
     def quantities(self) -> dict[str, float]:
-        """Names for ``--fail-if``: ``n_flagged``, ``n_too_small`` (groups), ``max_gap``, ``max_<quantity>_gap``
+        """Names for ``--fail-if``: ``n_flagged``, ``n_failed`` (failed replies), ``n_too_small`` (groups), ``max_gap``, ``max_<quantity>_gap``
         (``max_toxic_gap``, ``max_refusal_gap``, ...; the maxima over groups large enough to judge, NaN when
         none was: a gate on a NaN stops with an error),
         ``<quantity>_rate.<tone>`` (over all answers of a tone), ``<quantity>_rate.<attr>.<group>.<tone>`` and
@@ -72,7 +73,7 @@ class VQAResult:
         r = self.rates
         judged = r[~r["too_small"].astype(bool)] if len(r) else r
         q: dict[str, float] = {
-            "n_flagged": float(count_flagged(r)),
+            "n_flagged": float(count_flagged(r)), "n_failed": float(self.meta.get("n_failed", 0)),
             "n_too_small": float(len(r.loc[r["too_small"].astype(bool), ["attribute", "group"]].drop_duplicates()))
             if len(r) else 0.0,
             "max_gap": float(judged["difference"].abs().max()) if judged["difference"].notna().any() else np.nan}
@@ -167,7 +168,16 @@ def audit_vqa(
             answerer = CallableVQA(answerer)
         ans, n_called = ask(data, answerer, qs, id_col=samples.id_col, subject_col=subject_col, store=store,
                             progress=progress, settings=settings)
-    ans = parse_answers(_answers_of_samples(ans, data, samples.id_col), qs, words)
+    failures = failure_summary(ans)
+    ans = _answers_of_samples(ans, data, samples.id_col)
+    if "failure" in ans.columns:  # a failed reply is neither an answer nor silence: left out of every rate
+        failed = ans["failure"].notna().to_numpy()
+        if failed.all():
+            kinds = ", ".join(f"{k}: {v}" for k, v in failures["failures"].items())
+            raise FairvisionError(f"every reply failed ({failures['n_failed']}; {kinds}); the first: "
+                                  f"{failures['first_failure']}")
+        ans = ans[~failed].drop(columns=["failure"])
+    ans = parse_answers(ans, qs, words)
     ans = ans.sort_values("_row", kind="stable").reset_index(drop=True)
     vals = answer_values(ans, data, qs, gender_col, source=source)
     quantities = [k for k in QUANTITIES if k in vals]
@@ -197,7 +207,7 @@ def audit_vqa(
                      meta={"n_samples": len(data), "n_dropped": n_rows - len(data), "missing": samples.missing,
                            "n_subjects": int(clusters.max()) + 1, "n_answers": len(ans),
                            "n_questions": len(qs.questions), "n_called": n_called, "precomputed": answers is not None,
-                           "n_from_store": int(ans["from_store"].sum()), "n_boot": settings.n_boot,
+                           "n_from_store": int(ans["from_store"].sum()), "n_boot": settings.n_boot, **failures,
                            "quantities": quantities, "max_k": int(max_k), "min_subjects": int(settings.min_subjects),
                            "expect": dict(zip(qs.questions["tone"], qs.questions["expect"])),
                            "questions": qs.source, "signature": getattr(answerer, "signature", None)})

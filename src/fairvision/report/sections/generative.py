@@ -127,8 +127,10 @@ def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Sect
     cols = ["topic", "n", "estimate", "ci_low", "ci_high", "statistic", "pvalue", "pvalue_adjusted", "flagged"]
     sec.table("flagged words", flagged[cols] if not flagged.empty else flagged[cols].head(0),
               "Words whose change is significant and at least the minimum effect.")
-    sec.table("top words", res.top_words.xs(g, level="generator"),
-              "The words with the largest word scores per property and direction.")
+    top = res.top_words[res.top_words.index.get_level_values("generator") == g].droplevel("generator")
+    sec.table("top words", top, "The words with the largest word scores per property and direction.")
+    if top.empty:  # a generator that changes nothing: the result an audit hopes for
+        sec.note("No word changes any property: no word score is above or below 0, so there are no top words.")
     sec.table("word scores", words[cols + ["n_nonzero", "direction"]], "Every word and property.", max_rows=60)
     sec.table("topic scores", res.topics.xs(g, level="generator"), "Mean absolute word score per topic.")
     sec.table("model scores", model, "Mean absolute word score over all words.")

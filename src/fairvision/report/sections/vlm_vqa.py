@@ -41,11 +41,20 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
              .drop_duplicates(["attribute", "group"]) if len(r) else r)
     asked = ({"answers": "precomputed"} if meta.get("precomputed") else
              {"asked in this run": meta.get("n_called"), "from the results store": meta.get("n_from_store")})
+    n_failed = int(meta.get("n_failed") or 0)
     sec.metrics("key figures", {"samples": meta.get("n_samples"), "subjects": meta.get("n_subjects"),
                                 "answers": meta.get("n_answers"), **asked,
+                                **({"failed replies": n_failed} if n_failed else {}),
                                 "flagged": count_flagged(r),
                                 "too small to judge": len(small)})
     gate_findings(sec, conditions)
+    if n_failed:
+        kinds = ", ".join(f"{k}: {v}" for k, v in (meta.get("failures") or {}).items())
+        text = (f"{count_of(n_failed, 'reply', 'replies')} of {n_failed + int(meta.get('n_answers') or 0)} failed "
+                f"({kinds}) and {verb(n_failed, 'is', 'are')} left out of every rate: a failed reply is neither an "
+                "answer nor a model that stays silent. They are not kept in the results store; a rerun asks them again")
+        sec.note(f"{text}. First: {meta.get('first_failure')}", "warning")
+        sec.finding(text, "medium", target="key figures", quantity="n_failed", value=n_failed)
     if len(result.overall):
         sec.table("overall", result.overall, "Rates over all answers of each tone, with subject-bootstrap CIs.")
     n_fig = 0
