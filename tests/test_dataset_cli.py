@@ -137,6 +137,9 @@ def test_demo_main_job(tmp_path, capsys):
     code, stdout, err = run(["demo", "-o", out, "--n-boot", "100"], capsys)
     assert code == 0, err
     assert f"report: {(out / 'report.html').resolve()}" in stdout
+    lines = stdout.strip().splitlines()  # the main report's paths come last, after the probe demo's
+    assert lines[-2:] == [f"report: {(out / 'report.html').resolve()}", f"json:   {(out / 'report.json').resolve()}"]
+    assert any(line.startswith("zero-shot probe demo") for line in lines[:-2])
     doc = json.loads((out / "report.json").read_text())
     blocks = {b.get("name"): b for s in doc["sections"] for b in s["blocks"]}
     cov = blocks["coverage_overall"]["values"]

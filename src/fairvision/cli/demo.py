@@ -44,9 +44,9 @@ def demo_cmd(
             from fairvision.cli.vlm_embed import run_vlm_demo
 
             vlm_dir = run_vlm_demo(df, output / "vlm", n_boot=settings.n_boot, progress=say)
-    done(paths)
-    if vlm_dir is not None:
+    if vlm_dir is not None:  # before the main report, whose path is the last line a user reads
         typer.echo(f"zero-shot probe demo (tiny-random model, meaningless labels): {(vlm_dir / 'report.html').resolve()}")
+    done(paths)
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:
