@@ -20,7 +20,7 @@ import pandas as pd
 
 from fairvision.audits.curation.diversity_embedding import (VARIANTS, EmbeddingOptions, check_variants,
                                                            embed_variants, mask_source_counts)
-from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.errors import ColumnError, FairvisionError, InputFileError, ParameterError
 from fairvision.groups import memberships, subject_codes
 from fairvision.io.embeddings import read_embeddings
@@ -57,7 +57,7 @@ class Rarefaction:
 
 
 @dataclass
-class DiversityResult:
+class DiversityResult(SettingsView):
     """Result of :func:`audit_diversity`.
 
     ``scores``: one row per (variant, attribute, group), with ``attribute = group = "(all)"`` for the whole set:
@@ -75,9 +75,7 @@ class DiversityResult:
     embeddings: dict[str, np.ndarray]
     variants: tuple[str, ...]
     embedder: str
-    level: float
-    alpha: float
-    correction: str
+    settings: AuditSettings
     meta: dict = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
@@ -192,7 +190,7 @@ def audit_diversity(data: pd.DataFrame, attrs: list[str], *, embeddings=None, va
             # images, not (image, variant) rows: the scene and subject variants of an image share one mask
             "mask_sources": mask_source_counts(status)}
     return DiversityResult(scores=scores, status=status, embeddings=emb, variants=variants, embedder=embedder,
-                           level=settings.level, alpha=settings.alpha, correction=settings.correction, meta=meta)
+                           settings=settings, meta=meta)
 
 
 def _supplied(embeddings, data: pd.DataFrame) -> dict[str, np.ndarray]:

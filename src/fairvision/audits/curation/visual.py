@@ -23,7 +23,7 @@ from fairvision.audits.curation.family import correct_across
 from fairvision.audits.curation.visual_models import BUILT_IN_SOURCE, FACE
 from fairvision.audits.gates import quantity_key
 from fairvision.audits.model import ModelAuditResult, audit_model
-from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.errors import FairvisionError, ParameterError
 from fairvision.groups import intersections, resolve_attributes, subject_codes
 from fairvision.io.coco import CocoDataset, image_sample_ids
@@ -146,7 +146,7 @@ CONSTANT_TOLERANCE = 1e-3
 # -- the audit ----------------------------------------------------------------------------------------------------
 
 @dataclass
-class VisualAudit:
+class VisualAudit(SettingsView):
     """What :func:`audit_visual` found.
 
     Attributes
@@ -177,8 +177,7 @@ class VisualAudit:
     n_instances: int
     n_unmatched_images: int
     bins: int
-    correction: str
-    alpha: float
+    settings: AuditSettings
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
     overall: pd.DataFrame = field(default_factory=pd.DataFrame)
     groups: dict = field(default_factory=dict)
@@ -356,7 +355,7 @@ def audit_visual(
     metrics, left_out = _statistic_columns(inst, coco)
     res = VisualAudit(statistics=metrics, attributes=[a.name for a in attrs], source=coco.source,
                       n_images=int(inst["image_id"].nunique()), n_instances=len(inst), n_unmatched_images=unmatched,
-                      bins=int(bins), correction=settings.correction, alpha=settings.alpha,
+                      bins=int(bins), settings=settings,
                       overall=_overall(inst, metrics), left_out=left_out)
     kp = keypoint_points(coco)
     kp = kp[kp["image_id"].isin(inst["image_id"])]

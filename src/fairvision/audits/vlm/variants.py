@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.gates import quantity_key
-from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.audits.vlm.samples import SampleOptions, prepare_samples, subject_clusters
 from fairvision.errors import ColumnError, FairvisionError, InputFileError, ParameterError
 from fairvision.groups import Intersection, cell_counts, intersections
@@ -138,7 +138,7 @@ def _write_images(data: pd.DataFrame, ids: pd.Series, stage: Path, outdir: Path,
 
 
 @dataclass
-class VariantComparison:
+class VariantComparison(SettingsView):
     """Result of :func:`compare_variants`.
 
     ``changes``: one row per (attribute or intersection, group, label): ``k``, ``n_samples``, ``n_subjects``,
@@ -152,8 +152,7 @@ class VariantComparison:
     second: str
     labels: list[str]
     changes: pd.DataFrame
-    alpha: float
-    correction: str
+    settings: AuditSettings
     meta: dict = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
@@ -246,8 +245,7 @@ def compare_variants(data: pd.DataFrame, first: pd.DataFrame, second: pd.DataFra
         changes["flagged"] = flag_differences(changes, settings.alpha, low="ci_low", high="ci_high")
     else:
         changes["flagged"] = pd.Series(dtype=bool)
-    return VariantComparison(first=names[0], second=names[1], labels=labels, changes=changes, alpha=settings.alpha,
-                             correction=settings.correction,
+    return VariantComparison(first=names[0], second=names[1], labels=labels, changes=changes, settings=settings,
                              meta={"n_samples": len(data), "n_dropped": n_rows - len(data),
                                    "missing": samples.missing, "n_subjects": n_clusters,
                                    "n_boot": settings.n_boot, "max_k": max_k,

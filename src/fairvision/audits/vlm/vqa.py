@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.gates import quantity_key
-from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.audits.vlm.samples import SampleOptions, prepare_samples, subject_clusters
 from fairvision.audits.vlm.vqa_asking import ask, failure_summary
 from fairvision.audits.vlm.vqa_parsing import QuestionSet, load_questions, load_toxic_words, parse_answers, read_answers
@@ -37,7 +37,7 @@ from fairvision.vision.vqa import CallableVQA
 
 
 @dataclass
-class VQAResult:
+class VQAResult(SettingsView):
     """Result of :func:`audit_vqa` (docs/METHODS.md §12.3).
 
     ``answers``: one row per (sample, question) with the parsed fields. ``rates``: one row per (attribute,
@@ -57,8 +57,7 @@ class VQAResult:
     pronouns: pd.DataFrame
     terms: pd.DataFrame
     tones: list[str]
-    alpha: float
-    correction: str
+    settings: AuditSettings
     meta: dict = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
@@ -203,7 +202,7 @@ def audit_vqa(
     return VQAResult(answers=ans.drop(columns=["_row"]), rates=rates, overall=overall,
                      pronouns=pd.DataFrame(pron_rows, columns=PRONOUN_COLUMNS),
                      terms=pd.DataFrame(top_terms, columns=TERM_COLUMNS),
-                     tones=tones, alpha=settings.alpha, correction=settings.correction,
+                     tones=tones, settings=settings,
                      meta={"n_samples": len(data), "n_dropped": n_rows - len(data), "missing": samples.missing,
                            "n_subjects": int(clusters.max()) + 1, "n_answers": len(ans),
                            "n_questions": len(qs.questions), "n_called": n_called, "precomputed": answers is not None,

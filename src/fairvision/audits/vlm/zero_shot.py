@@ -24,7 +24,7 @@ from scipy import sparse
 
 from fairvision.io.validate import require_columns
 from fairvision.audits.gates import quantity_key
-from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
+from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.audits.vlm.prompts import load_prompt_sets, pick_probe, read_text_embeddings
 from fairvision.audits.vlm.samples import SampleOptions, prepare_samples, subject_clusters
 from fairvision.errors import ColumnError, InputFileError, ParameterError
@@ -79,7 +79,7 @@ def max_prompt_labels(images: np.ndarray, text: np.ndarray, labels: list[str], o
 
 
 @dataclass
-class VLMResult:
+class VLMResult(SettingsView):
     """Result of :func:`audit_vlm`.
 
     ``rates``: one row per (attribute or intersection, group, quantity) with ``quantity`` a label (its rate) or
@@ -97,8 +97,7 @@ class VLMResult:
     independence: pd.DataFrame
     npmi: pd.DataFrame
     counts: dict[str, pd.DataFrame]
-    alpha: float
-    correction: str
+    settings: AuditSettings
     meta: dict = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
@@ -222,7 +221,7 @@ def audit_vlm(
         ind["pvalue_adjusted"] = adjust_pvalues(ind["pvalue"].to_numpy(), settings.correction)
     return VLMResult(labels=labels, probe=probe, predictions=preds, rates=rates, independence=ind,
                      npmi=pd.DataFrame(npmi_rows, columns=["attribute", "group", "label", "npmi"]), counts=counts,
-                     alpha=settings.alpha, correction=settings.correction,
+                     settings=settings,
                      meta={"n_samples": len(data), "n_dropped": n_rows - len(data), "missing": samples.missing,
                            "n_subjects": sums.n_clusters, "n_prompts": len(tlabels), "n_boot": settings.n_boot,
                            "combine": combine, "max_k": max_k, "min_subjects": settings.min_subjects})
