@@ -29,6 +29,7 @@ chromium:
 
 ## Run every benchmark (baseline side by side, prints the ratios). Not part of the tests.
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"  # the baselines the benchmarks compare against
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

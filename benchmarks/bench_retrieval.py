@@ -5,12 +5,27 @@
    distribution, K = 6, alpha = 0.01; omnibus test and the six contrast tests
    per trial. Fast: :func:`fairvision.stats.power.power_grid` (all trials of a
    cell drawn at once, statistics as array operations). Baseline: a
-   straightforward per-trial loop that draws the same counts (the same random
-   stream, so results must be identical) and calls
-   :func:`scipy.stats.chi2_contingency` for the omnibus table and each 2 x 2
-   contrast table. The baseline runs on a subset of the cells and is
-   extrapolated to the full grid (it would take minutes); the subset's powers
-   are asserted equal.
+   straightforward per-trial loop that draws its own counts (one multinomial
+   call per trial and query value) and calls :func:`scipy.stats.chi2_contingency`
+   for the omnibus table and each 2 x 2 contrast table. The baseline runs on a
+   subset of the cells and is extrapolated to the full grid (it would take
+   minutes). Two checks per subset cell:
+
+   a. on the same counts, the per-trial scipy tests and the fast statistics
+      (``omnibus_reject``, ``contrast_reject``) make the same decision in every
+      trial (statistics, degrees of freedom and dropped empty rows and columns
+      agree);
+   b. the baseline's power from its own draws agrees with the fast power within
+      4 Monte Carlo standard errors of a difference of two independent
+      estimates. Not exactly: both draw from ``default_rng(seed)``, but the
+      probability vectors they pass to numpy differ in the last bit (each
+      normalisation ``p / p.sum()`` moves it: the paper's shares sum to
+      0.9999999999999999), a 1-ulp change of a binomial probability now and
+      then changes one count, and the binomial samplers then consume a
+      different number of random numbers, so the rest of the stream is
+      independent: the two powers are two Monte Carlo estimates of the same
+      quantity (e.g. 0.806 vs 0.833 at n = 1,000, RR = 1.587 is 1.6 standard
+      errors).
 2. k-NN top-6 over 50,000 x 512 float32 embeddings (every item queries,
    itself excluded). Fast: :func:`fairvision.stats.knn.knn_search`. Baseline:
    a per-query loop of exact float64 distances to the whole catalog and a
@@ -30,36 +45,55 @@ import numpy as np
 from scipy import stats as st
 
 from fairvision.stats.knn import knn_search
-from fairvision.stats.power import PAPER_P_Z, biased_distributions, default_rr_grid, power_grid
+from fairvision.stats.power import (PAPER_P_Z, biased_distributions, contrast_reject, default_rr_grid, omnibus_reject,
+                                    power_grid, simulate_counts)
 
 K, ALPHA, TRIALS = 6, 0.01, 1000
 NS = (100, 250, 1000)
 
 
-def naive_power_cell(p, rr, n, k=K, alpha=ALPHA, trials=TRIALS, seed=0):
-    """Per-trial loop with one scipy call per table (the straightforward implementation)."""
+def naive_draws(p, rr, n, k=K, trials=TRIALS, seed=0):
+    """Per-trial draws: the query counts, then one multinomial call per trial and query value."""
     rng = np.random.default_rng(seed)
     ps = biased_distributions(p, rr)
     queries = rng.multinomial(n, p, size=trials)
-    v = len(p)
-    om = 0
-    con = np.zeros(v)
+    results = np.stack([np.stack([rng.multinomial(q[j] * k, ps[j]) for j in range(len(p))]) for q in queries])
+    return queries, results
+
+
+def naive_tests(queries, results, k=K, alpha=ALPHA):
+    """Per-trial loop with one scipy call per table (the straightforward implementation): the omnibus
+    decision (trials,) and the contrast decisions (trials, V)."""
+    trials, v = queries.shape
+    om = np.zeros(trials, dtype=bool)
+    con = np.zeros((trials, v), dtype=bool)
     for t in range(trials):
-        q = queries[t]
-        res = np.stack([rng.multinomial(q[j] * k, ps[j]) for j in range(v)])
+        q, res = queries[t], results[t]
+        n = q.sum()
         table = np.vstack([res, q])
         table = table[table.sum(1) > 0][:, table.sum(0) > 0]
-        if min(table.shape) > 1 and st.chi2_contingency(table, correction=False).pvalue < alpha:
-            om += 1
+        om[t] = min(table.shape) > 1 and st.chi2_contingency(table, correction=False).pvalue < alpha
         for j in range(v):
             if q[j] == 0:
                 continue
             a = res[j, j]
             tab = np.array([[a, q[j] * k - a], [q[j], n - q[j]]])
             tab = tab[:, tab.sum(0) > 0]
-            if tab.shape[1] > 1 and st.chi2_contingency(tab, correction=False).pvalue < alpha:
-                con[j] += 1
-    return np.concatenate([[om / trials], con / trials])
+            con[t, j] = tab.shape[1] > 1 and st.chi2_contingency(tab, correction=False).pvalue < alpha
+    return om, con
+
+
+def naive_power_cell(p, rr, n, k=K, alpha=ALPHA, trials=TRIALS, seed=0):
+    """The baseline end to end: its own per-trial draws and per-trial scipy tests."""
+    om, con = naive_tests(*naive_draws(p, rr, n, k, trials, seed), k, alpha)
+    return np.concatenate([[om.mean()], con.mean(axis=0)])
+
+
+def mc_tolerance(a, b, trials=TRIALS, z=4.0):
+    """``z`` standard errors of the difference of two independent Monte Carlo powers (the binomial
+    variance floored at 1 / trials, so that powers of 0 or 1 still get a tolerance)."""
+    var = np.maximum(a * (1 - a), 1.0 / trials) / trials + np.maximum(b * (1 - b), 1.0 / trials) / trials
+    return z * np.sqrt(var)
 
 
 def naive_knn(x, queries, k=6):
@@ -77,7 +111,7 @@ def naive_knn(x, queries, k=6):
 
 def bench_power(quick: bool) -> None:
     p = np.array(list(PAPER_P_Z.values()))
-    p = p / p.sum()  # the normalisation power_grid applies, so both draw the same random stream
+    p = p / p.sum()
     rrs = default_rr_grid(25)
     print(f"power grid: {TRIALS} trials x {len(rrs)} risk ratios x {len(NS)} catalog sizes {NS}, K={K}, alpha={ALPHA}")
     t0, c0 = time.perf_counter(), time.process_time()
@@ -85,15 +119,28 @@ def bench_power(quick: bool) -> None:
     fast, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"  fast (vectorised):      {fast:8.2f} s for {len(grid)} cells ({cpu:.1f} s CPU)")
     subset = [(100, rrs[3]), (250, rrs[12]), (1000, rrs[20])] if not quick else [(250, rrs[12])]
-    t0 = time.perf_counter()
+    naive_sub = 0.0
     for n, rr in subset:
-        ref = naive_power_cell(p, rr, n)
         got = grid.loc[(n, float(rr))].drop("nrr").to_numpy()
-        assert np.array_equal(ref, got), (n, rr, ref, got)
-    naive_sub = time.perf_counter() - t0
+        # a. the fast statistics and the per-trial scipy tests on the same counts: every decision equal
+        q, r = simulate_counts(p, float(rr), n, K, TRIALS, 0)
+        om, con = naive_tests(q, r)
+        assert np.array_equal(om, omnibus_reject(q, r, ALPHA)), ("omnibus decisions", n, rr)
+        assert np.array_equal(con, contrast_reject(q, r, K, ALPHA)), ("contrast decisions", n, rr)
+        # b. the baseline end to end, on its own draws
+        t0 = time.perf_counter()
+        ref = naive_power_cell(p, rr, n)
+        naive_sub += time.perf_counter() - t0
+        tol = mc_tolerance(ref, got)
+        z = np.abs(ref - got) / (tol / 4.0)
+        print(f"  n = {n:4d}, RR = {rr:.3f}: same counts -> the same {TRIALS * (1 + len(p))} decisions; own draws: "
+              f"{int((ref != got).sum())} of {len(got)} powers differ, largest |difference| "
+              f"{np.abs(ref - got).max():.3f} = {z.max():.1f} Monte Carlo SE")
+        assert (np.abs(ref - got) <= tol).all(), ("beyond 4 Monte Carlo SE", n, rr, ref, got)
     naive = naive_sub / len(subset) * len(grid)
-    print(f"  naive (per-trial scipy): {naive_sub:8.2f} s for {len(subset)} cells -> extrapolated {naive:8.1f} s for {len(grid)} cells")
-    print(f"  equal results on the {len(subset)} checked cells; speed-up x{naive / fast:.0f}")
+    print(f"  naive (per-trial draws and scipy): {naive_sub:8.2f} s for {len(subset)} cells -> extrapolated "
+          f"{naive:8.1f} s for {len(grid)} cells")
+    print(f"  checks passed on the {len(subset)} cells; speed-up x{naive / fast:.0f}")
     om = grid["omnibus"].unstack("n")
     print("  omnibus power (rows RR, columns n):")
     for rr in om.index[::3]:

@@ -1,13 +1,16 @@
-"""Benchmark: the Vendi score of 100,000 x 1,280 embeddings, and image-embedding throughput.
+"""Benchmark: the Vendi score against the best existing implementation, and image-embedding throughput.
 
-1. Vendi score (docs/METHODS.md §5.3, §13.2) of 100,000 float32 embeddings of 1,280 dimensions through the
-   d x d matrix ``X^T X / n`` (target: under 3 s on 2 cores), against the definition, the eigenvalues of the
-   n x n kernel ``K / n``, at a size it can do (n = 4,000); both paths are also timed at that size and checked to
-   agree, and the n x n time is extrapolated to 100,000 as O(n^3) (stated as such).
-2. EfficientNet-Lite0 embeddings (docs/METHODS.md §13.1) of the bundled 500 x 500 portraits on 2 threads:
-   batches of 32 against one image at a time, in images per second (decode and pre-processing included).
+1. Vendi score (docs/METHODS.md §5.3, §13.2) of float32 embeddings of 1,280 dimensions (the EfficientNet-Lite0
+   width), at 100,000 and 1,000 rows: fairvision's ``vendi_score`` against ``vendi_score.vendi.score_dual``
+   (the ``vendi-score`` package's own d x d path: scikit-learn ``normalize``, ``X.T @ X``, ``scipy.linalg.eigvalsh``;
+   extra ``bench``). BLAS and OpenMP pinned to 1 thread on both sides, runs interleaved (A, B, A, B, ...),
+   medians of CPU and wall time, peak extra memory (tracemalloc) and the value of each against a float64
+   reference (unit rows in float64, the d x d matrix summed in float64 with numpy).
+2. At small n the definition itself, the eigenvalues of the n x n kernel ``K / n``: time and agreement.
+3. EfficientNet-Lite0 embeddings (docs/METHODS.md §13.1) of the bundled portraits on 2 threads: batches of 32
+   against one image at a time, in images per second (extra ``embed``; skipped without torch).
 
-    python benchmarks/bench_vendi.py [--n 100000] [--d 1280] [--n-small 4000] [--images 62]
+    python benchmarks/bench_vendi.py [--n 100000] [--d 1280] [--repeats 3] [--n-small 2000] [--images 62]
 """
 
 from __future__ import annotations
@@ -16,17 +19,9 @@ import argparse
 import time
 
 import numpy as np
+from _timing import interleaved, load_note, peak_bytes, pinned
 
 from fairvision.stats.diversity import vendi_score
-
-
-def vendi_nxn(x: np.ndarray) -> float:
-    """The definition: eigenvalues of the n x n cosine kernel divided by n."""
-    x = x.astype(np.float64)
-    x = x / np.linalg.norm(x, axis=1, keepdims=True)
-    lam = np.linalg.eigvalsh(x @ x.T / len(x))
-    lam = lam[lam > 1e-12]
-    return float(np.exp(-np.sum(lam * np.log(lam))))
 
 
 def clustered(n: int, d: int, rng) -> np.ndarray:
@@ -35,42 +30,68 @@ def clustered(n: int, d: int, rng) -> np.ndarray:
     return (centres[rng.integers(0, 200, n)] + 0.8 * rng.normal(size=(n, d))).astype(np.float32)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--d", type=int, default=1280)
-    ap.add_argument("--n-small", type=int, default=4000)
-    ap.add_argument("--images", type=int, default=62)
-    args = ap.parse_args()
-    rng = np.random.default_rng(0)
+def reference64(x: np.ndarray) -> float:
+    """Float64 reference: unit rows in float64, X^T X / n summed over chunks with numpy, float64 eigenvalues."""
+    acc = np.zeros((x.shape[1], x.shape[1]))
+    for s in range(0, len(x), 4096):
+        u = x[s:s + 4096].astype(np.float64)
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        acc += u.T @ u
+    lam = np.linalg.eigvalsh(acc / len(x))
+    lam = lam[lam > 1e-12]
+    return float(np.exp(-np.sum(lam * np.log(lam))))
 
-    x = clustered(args.n, args.d, rng)
-    t = time.perf_counter()
-    vs = vendi_score(x)
-    t_fast = time.perf_counter() - t
-    print(f"Vendi, {args.n:,} x {args.d:,} float32 (d x d path): {t_fast:.2f} s  VS = {vs:.2f}  "
-          f"[target < 3 s: {'ok' if t_fast < 3 else 'MISSED'}]")
 
-    xs = x[: args.n_small]
-    t = time.perf_counter()
-    vs_fast = vendi_score(xs)
-    t_fast_small = time.perf_counter() - t
-    t = time.perf_counter()
-    vs_naive = vendi_nxn(xs)
-    t_naive = time.perf_counter() - t
-    extrap = t_naive * (args.n / args.n_small) ** 3
-    print(f"n = {args.n_small:,}: d x d path {t_fast_small:.3f} s, n x n eigen-decomposition {t_naive:.2f} s "
-          f"(ratio {t_naive / t_fast_small:.0f}x); scores {vs_fast:.6f} vs {vs_naive:.6f} "
-          f"(relative difference {abs(vs_fast - vs_naive) / vs_naive:.1e})")
-    print(f"n x n at {args.n:,} (extrapolated as n^3, and {args.n ** 2 * 8 / 2**30:.0f} GiB for K): ~{extrap:,.0f} s; "
-          f"ratio to the d x d path ~{extrap / t_fast:,.0f}x")
+def vendi_nxn(x: np.ndarray) -> float:
+    """The definition: eigenvalues of the n x n cosine kernel divided by n (float64)."""
+    x = x.astype(np.float64)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    lam = np.linalg.eigvalsh(x @ x.T / len(x))
+    lam = lam[lam > 1e-12]
+    return float(np.exp(-np.sum(lam * np.log(lam))))
 
-    # image embeddings on 2 threads
+
+def compare_with_score_dual(x: np.ndarray, repeats: int) -> None:
+    from vendi_score import vendi
+
+    n, d = x.shape
+    ref = reference64(x)
+    with pinned(1):
+        vendi_score(x[:2000]), vendi.score_dual(x[:2000])  # warm-up: imports, BLAS buffers
+        t = interleaved({"fairvision": lambda: vendi_score(x), "score_dual": lambda: float(vendi.score_dual(x))},
+                        repeats)
+        mem = {"fairvision": peak_bytes(lambda: vendi_score(x)), "score_dual": peak_bytes(lambda: vendi.score_dual(x))}
+    ours, theirs = t["fairvision"], t["score_dual"]
+    print(f"{n:,} x {d:,} float32 ({x.nbytes / 2**20:.0f} MiB), 1 thread, {repeats} interleaved runs:")
+    for name, tm in t.items():
+        print(f"  {name:10s}: {tm.line()}; peak extra memory {mem[name] / 2**20:6.0f} MiB; "
+              f"VS = {tm.result:.6f}, relative difference to float64 {abs(tm.result - ref) / ref:.1e}")
+    print(f"  ratio score_dual / fairvision: CPU {theirs.cpu_median / ours.cpu_median:.2f}x, "
+          f"wall {theirs.wall_median / ours.wall_median:.2f}x")
+
+
+def compare_with_definition(x: np.ndarray) -> None:
+    with pinned(1):
+        t = interleaved({"fairvision": lambda: vendi_score(x), "n x n": lambda: vendi_nxn(x)}, 3)
+    ours, nxn = t["fairvision"], t["n x n"]
+    print(f"n = {len(x):,} against the n x n definition, 1 thread: fairvision CPU {ours.cpu_median:.3f} s, "
+          f"n x n eigen-decomposition CPU {nxn.cpu_median:.2f} s (ratio {nxn.cpu_median / ours.cpu_median:.0f}x); "
+          f"scores {ours.result:.6f} vs {nxn.result:.6f} (relative difference "
+          f"{abs(ours.result - nxn.result) / nxn.result:.1e})")
+
+
+def embedder_throughput(n_images: int) -> None:
+    try:
+        import torch  # noqa: F401 (the embed extra is optional)
+
+        from fairvision.vision.image_embedder import ImageEmbedder
+    except ImportError as exc:
+        print(f"image embeddings skipped ({exc})")
+        return
     from fairvision.datasets.demo import load_portraits
     from fairvision.io.images import read_image
-    from fairvision.vision.image_embedder import ImageEmbedder
 
-    paths = list(load_portraits()["image_path"])[: args.images]
+    paths = list(load_portraits()["image_path"])[:n_images]
     emb = ImageEmbedder(batch_size=32, threads=2)
     emb.embed([read_image(paths[0])])  # load the weights, warm up
     t = time.perf_counter()
@@ -84,6 +105,24 @@ def main() -> None:
     print(f"EfficientNet-Lite0 embeddings, {len(paths)} portraits 500 x 500, 2 threads: batches of 32 "
           f"{len(paths) / t_batch:.1f} images/s, one at a time {len(paths) / t_one:.1f} images/s "
           f"(ratio {t_one / t_batch:.2f}x; max difference {np.abs(batched - one).max():.1e})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--d", type=int, default=1280)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n-small", type=int, default=2000)
+    ap.add_argument("--images", type=int, default=62)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    print(load_note())
+
+    x = clustered(args.n, args.d, rng)
+    compare_with_score_dual(x, args.repeats)
+    compare_with_score_dual(x[:1000], max(args.repeats, 7))
+    compare_with_definition(x[: args.n_small])
+    embedder_throughput(args.images)
 
 
 if __name__ == "__main__":

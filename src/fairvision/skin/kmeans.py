@@ -171,14 +171,33 @@ def _weighted_lloyd(X: np.ndarray, w: np.ndarray, C: np.ndarray, *, max_iter: in
         W = float(w.sum())
         mean = (X @ w) / W
         thresh = tol * float((((X - mean[:, None]) ** 2) @ w).mean() / W)
-    X1 = np.vstack([X, np.ones((1, X.shape[1]))])
+    M = X.shape[1]
+    X1 = np.vstack([X, np.ones((1, M))])
     wX = X * w
     Wm = np.empty((k, d + 1))
+    D = np.empty((k, M))
+    best = np.empty(M)
+    closer = np.empty(M, dtype=bool)
+    mask = np.empty(M, dtype=np.uint8)
+    sums = np.empty((d, k))
 
     def nearest(C):
-        Wm[:, :d] = -2.0 * C
+        # the same products as ``argmin_rows(Wm @ X1)`` into reused buffers (this loop runs some 40 times on
+        # a few thousand points: numpy call overhead, not arithmetic, is its cost)
+        np.multiply(C, -2.0, out=Wm[:, :d])
         Wm[:, d] = (C * C).sum(axis=1)
-        return argmin_rows(Wm @ X1)
+        np.matmul(Wm, X1, out=D)
+        best[:] = D[0]
+        labels = np.zeros(M, dtype=np.uint8 if k < 256 else np.intp)
+        for j in range(1, k):
+            np.less(D[j], best, out=closer)
+            np.minimum(best, D[j], out=best)
+            if k < 256:  # j exceeds every label so far: max(labels, j * closer) sets the closer points to j
+                np.multiply(closer.view(np.uint8), np.uint8(j), out=mask)
+                np.maximum(labels, mask, out=labels)
+            else:
+                labels[closer] = j
+        return labels
 
     labels = None
     it = 0
@@ -187,11 +206,13 @@ def _weighted_lloyd(X: np.ndarray, w: np.ndarray, C: np.ndarray, *, max_iter: in
         if labels is not None and np.array_equal(new, labels):
             break
         labels = new
-        cnt = np.bincount(labels, weights=w, minlength=k)
+        li = labels.astype(np.intp)  # once for the three sums
+        cnt = np.bincount(li, weights=w, minlength=k)
         nz = cnt > 0
         C_old = C.copy()
         for j in range(d):
-            np.divide(np.bincount(labels, weights=wX[j], minlength=k), cnt, out=C[:, j], where=nz)
+            sums[j] = np.bincount(li, weights=wX[j], minlength=k)
+        np.divide(sums.T, cnt[:, None], out=C, where=nz[:, None])
         shift = C - C_old
         if np.vdot(shift, shift) <= thresh:
             labels = nearest(C)

@@ -25,6 +25,8 @@ decomposed. The curation audit (docs/METHODS.md §13.2) adds intervals:
 from __future__ import annotations
 
 import numpy as np
+from scipy import linalg as _linalg
+from scipy.linalg import blas as _blas
 
 from fairvision.errors import FairvisionError
 from fairvision.stats.resample import DEFAULT_LEVEL, BootstrapResult, cluster_bootstrap, percentile_ci
@@ -34,14 +36,13 @@ from fairvision.stats.results import Estimate
 EIG_TOL = 1e-12
 #: memory for the draws of a rarefied Vendi score handled at once (their embeddings and Gram matrices)
 _CHUNK_BYTES = 256 * 2**20
+#: rows of embeddings scaled and multiplied at once by :func:`vendi_score` (a chunk's bytes)
+_GRAM_CHUNK_BYTES = 32 * 2**20
 
 
 def _unit_rows(embeddings, normalize: bool) -> np.ndarray:
     """Float rows (float32 kept as float32 for speed on large sets, anything else float64), unit length."""
-    x = np.asarray(embeddings)
-    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-        raise FairvisionError("vendi_score needs a non-empty (n, d) array of embeddings")
-    x = x.astype(np.float32 if x.dtype == np.float32 else np.float64, copy=False)
+    x = _as_matrix(embeddings)
     if not np.isfinite(x).all():
         raise FairvisionError("embeddings contain NaN or infinite values")
     if normalize:
@@ -57,15 +58,73 @@ def _entropy(lam: np.ndarray) -> float:
     return float(-np.sum(lam * np.log(lam)))
 
 
+def _as_matrix(embeddings) -> np.ndarray:
+    """The embeddings as a non-empty (n, d) float32 or float64 array (no copy when they already are one)."""
+    x = np.asarray(embeddings)
+    if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise FairvisionError("vendi_score needs a non-empty (n, d) array of embeddings")
+    if x.dtype != np.float32 and x.dtype != np.float64:
+        x = x.astype(np.float64)
+    return x
+
+
+def _row_scales(chunk: np.ndarray, normalize: bool, first_row: int) -> np.ndarray:
+    """1 / |x_i| of every row of ``chunk`` (float64; ones without ``normalize``), after checking the rows are
+    finite and not all zeros (``first_row``: the chunk's first row in the whole set, for the message)."""
+    sq = np.einsum("ij,ij->i", chunk, chunk)
+    if not np.isfinite(sq).all():
+        if not np.isfinite(chunk).all():
+            raise FairvisionError("embeddings contain NaN or infinite values")
+        big = chunk.astype(np.float64)  # finite values whose squares overflow float32
+        sq = np.einsum("ij,ij->i", big, big)
+    if not normalize:
+        return np.ones(chunk.shape[0])
+    if (sq == 0).any():
+        raise FairvisionError(f"embedding row {first_row + int(np.flatnonzero(sq == 0)[0]) + 1} is all zeros")
+    return 1.0 / np.sqrt(sq.astype(np.float64))
+
+
+def _gram(x: np.ndarray, normalize: bool, p: np.ndarray | None = None) -> np.ndarray:
+    """``sum_i w_i u_i u_i^T`` (d x d, float64, upper triangle only) of the rows ``u_i = x_i / |x_i|``,
+    with ``w_i = p_i`` or ``1 / n`` (docs/METHODS.md §13.2).
+
+    Rows are taken in chunks of at most :data:`_GRAM_CHUNK_BYTES`: a chunk is scaled (a copy of the chunk
+    only, never of the whole set), its Gram matrix is a symmetric rank-k update (BLAS ``syrk``: half of
+    the products of a full matrix product) in the embeddings' precision, and the chunks' Gram matrices
+    are summed in float64. Peak extra memory: one chunk (at most a quarter of the rows) and two d x d
+    matrices, less than the embeddings themselves once n >= 4 d.
+    """
+    n, d = x.shape
+    syrk = _blas.ssyrk if x.dtype == np.float32 else _blas.dsyrk
+    rows = max(1, min(int(_GRAM_CHUNK_BYTES // (d * x.itemsize)), -(-n // 4)))  # at most a quarter of the rows
+    acc = np.zeros((d, d), order="F")
+    buf = np.zeros((d, d), dtype=x.dtype, order="F")
+    scaled = np.empty((min(rows, n), d), dtype=x.dtype)  # reused: no fresh pages per chunk
+    for s in range(0, n, rows):
+        chunk = x[s:s + rows]
+        scale = _row_scales(chunk, normalize, s)
+        if p is not None:
+            scale = scale * np.sqrt(p[s:s + rows])
+        u = np.multiply(chunk, scale.astype(x.dtype)[:, None], out=scaled[:chunk.shape[0]])
+        # u is C-contiguous (m, d), so u.T is the Fortran-ordered (d, m) matrix BLAS reads without a copy
+        buf = syrk(1.0, u.T, beta=0.0, c=buf, overwrite_c=1)  # u^T u, upper triangle
+        acc += buf
+    if p is None:
+        acc /= n
+    return acc
+
+
 def vendi_score(embeddings, *, normalize: bool = True, weights=None) -> float:
     """Vendi score with the cosine-similarity kernel.
 
     For unit-norm rows ``X`` (n x d), ``K = X X^T`` and the non-zero
     eigenvalues of ``K / n`` equal those of ``X^T X / n`` (d x d), so the
     smaller of the two matrices is decomposed: O(n d^2) instead of O(n^3)
-    (docs/METHODS.md §5.3, §13.2). float32 input is multiplied in float32
-    (the Gram matrix of 100,000 x 1,280 embeddings in about 2 s on 2 cores),
-    everything else in float64; the eigenvalues are always taken in float64.
+    (docs/METHODS.md §5.3, §13.2). The d x d matrix is accumulated over chunks
+    of rows with a symmetric rank-k update (half the products of ``X^T X``), in
+    float32 for float32 embeddings and float64 otherwise, summed in float64,
+    without a normalised copy of the embeddings; the eigenvalues are always
+    taken in float64.
 
     Parameters
     ----------
@@ -83,30 +142,27 @@ def vendi_score(embeddings, *, normalize: bool = True, weights=None) -> float:
     float
         Between 1 (all images the same) and ``n`` (all orthogonal).
     """
-    x = _unit_rows(embeddings, normalize)
+    x = _as_matrix(embeddings)
     n, d = x.shape
-    if weights is None:
-        p = None
-    else:
+    p = None
+    if weights is not None:
         p = np.asarray(weights, dtype=np.float64)
         if p.shape != (n,) or not np.isfinite(p).all() or (p < 0).any() or p.sum() <= 0:
             raise FairvisionError(f"vendi_score: weights must be {n} non-negative finite numbers, not all zero")
-        keep = p > 0
-        x, p = x[keep], p[keep] / p.sum()
-        n = x.shape[0]
-    if n <= d:
-        if p is None:
-            gram = (x @ x.T).astype(np.float64) / n
-        else:
-            s = np.sqrt(p).astype(x.dtype)[:, None] * x
-            gram = (s @ s.T).astype(np.float64)
-    else:
-        if p is None:
-            gram = (x.T @ x).astype(np.float64) / n
-        else:
-            s = np.sqrt(p).astype(x.dtype)[:, None] * x
-            gram = (s.T @ s).astype(np.float64)
-    return float(np.exp(_entropy(np.linalg.eigvalsh(gram))))
+        p = p / p.sum()
+        if np.count_nonzero(p) <= d:  # few rows: the n x n matrix of the rows that count
+            keep = p > 0
+            _row_scales(x, normalize, 0)  # every row is checked, kept or not
+            x, p = x[keep], p[keep]
+            n = x.shape[0]
+    if n > d:
+        gram = _gram(x, normalize, p)
+    else:  # the n x n matrix of the scaled rows (a copy no larger than the embeddings)
+        scale = _row_scales(x, normalize, 0) * (np.sqrt(p) if p is not None else 1.0 / np.sqrt(n))
+        u = x * scale.astype(x.dtype)[:, None]
+        gram = (_blas.ssyrk if x.dtype == np.float32 else _blas.dsyrk)(1.0, u.T, trans=1).astype(np.float64)
+    lam = _linalg.eigvalsh(gram, lower=False, overwrite_a=True, check_finite=False)
+    return float(np.exp(_entropy(lam)))
 
 
 def vendi_terms(embeddings, *, normalize: bool = True) -> tuple[float, np.ndarray]:
