@@ -204,7 +204,8 @@ def test_http_reply_over_the_cap_is_a_failed_prompt(tmp_path, declare):
         cfg = {"kind": "http", "name": "sd", "url": url, "timeout": 20, "max_bytes": 2**20}
         rec = generate(seeds, prompts, cfg, tmp_path)
         assert not rec["ok"].any()
-        assert rec["reason"].iloc[0].startswith(f"FairvisionError: {url}/sdapi/v1/img2img: the answer is larger than "
+        assert rec["cause"].iloc[0] == "image too large"
+        assert rec["reason"].iloc[0].startswith(f"{url}/sdapi/v1/img2img: the answer is larger than "
                                                 "max_bytes (1,048,576 bytes)")
         with pytest.raises(FairvisionError, match="max_bytes must be a positive"):
             HTTPGenerator("sd", url=url, max_bytes=0)

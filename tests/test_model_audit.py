@@ -11,7 +11,7 @@ from fairvision.audits.model import audit_model
 from fairvision.errors import ColumnError, FairvisionError
 from fairvision.groups import intersections
 from fairvision.io.scores import join_scores
-from fairvision.schema import Attribute
+from fairvision.schema import Attribute, Schema
 
 
 def _synthetic(seed=0, n_subj=480, per=2, drop=0.0):
@@ -113,8 +113,12 @@ def test_join_scores_errors():
     s = pd.DataFrame({"sample_id": ["a", "b"], "g": ["x", "y"]})
     with pytest.raises(ColumnError, match="no scores for sample_id 'b'"):
         join_scores(s, pd.DataFrame({"sample_id": ["a"], "m": [1.0]}))
-    with pytest.raises(ColumnError, match="duplicate"):
+    with pytest.raises(ColumnError, match=r"^scores: row 2: sample_id 'a' appears twice$"):
         join_scores(s, pd.DataFrame({"sample_id": ["a", "a", "b"], "m": [1.0, 2, 3]}))
+    with pytest.raises(ColumnError, match=r"^samples: row 3: sample_id 'b' appears twice$"):
+        join_scores(pd.concat([s, s.iloc[1:]]), pd.DataFrame({"sample_id": ["a", "b"], "m": [1.0, 2]}))
+    with pytest.raises(ColumnError, match=r"^scores: no id column 'sample_id'; columns are id, m$"):
+        join_scores(s, pd.DataFrame({"id": ["a", "b"], "m": [1.0, 2]}))
     with pytest.raises(ColumnError, match="not in samples"):
         join_scores(s, pd.DataFrame({"sample_id": ["a", "b", "c"], "m": [1.0, 2, 3]}))
     out = join_scores(s, pd.DataFrame({"sample_id": ["b", "a"], "m": [2.0, 1.0]}))
@@ -138,7 +142,10 @@ def test_fail_if_parser_and_quantities():
     df = _synthetic(seed=4, drop=0.2)
     df["y"] = np.where(df.age == "60+", "a", "b")
     df["yp"] = np.where(np.random.default_rng(0).random(len(df)) < 0.8, df.y, "c")
-    res = audit_model(df, ["score"], ["age", "pronoun"], max_k=2, true_col="y", pred_col="yp", settings=AuditSettings(n_boot=100, correction="bonferroni"))
+    # the model also predicts a class "c" that no sample has: declared for "y" in the schema
+    schema = Schema().add(Attribute("y", categories=["a", "b", "c"]))
+    res = audit_model(df, ["score"], ["age", "pronoun"], max_k=2, true_col="y", pred_col="yp", schema=schema,
+                      settings=AuditSettings(n_boot=100, correction="bonferroni"))
     qs = res.quantities()
     assert qs["disparity"] == qs["score.disparity"] == res.top_disparities.disparity.max()
     assert qs["score.age+pronoun.disparity"] == pytest.approx(res.top_disparities.disparity.max())

@@ -68,7 +68,7 @@ def test_measure_params_are_validated_and_hashed_as_before():
     from fairvision.errors import ParameterError
 
     assert MeasureParams().to_dict() == {"method": "thong", "mask_method": "mediapipe", "skin_label": None,
-                                         "faces": "all", "max_faces": 5, "min_pixels": 200, "measure_options": {}}
+                                         "faces": "largest", "max_faces": 5, "min_pixels": 200, "measure_options": {}}
     assert MeasureParams(mask_method="color", max_faces=2.0).to_dict()["mask_method"] == "colour"
     assert type(MeasureParams(max_faces=2.0).max_faces) is int
     for bad, name in (({"method": "magic"}, "method"), ({"mask_method": "x"}, "mask_method"), ({"faces": "one"}, "faces")):
@@ -89,7 +89,7 @@ def test_store_hits_misses_and_resume(few, tmp_path):
     pd.testing.assert_frame_equal(first.drop(columns="from_cache"), again.drop(columns="from_cache"))
     # a changed parameter is a miss
     assert not measure_images(few, **{**kw, "params": MeasureParams(method="median_ita")}).from_cache.any()
-    assert not measure_images(few, **{**kw, "params": MEAN.replace(faces="largest")}).from_cache.any()
+    assert not measure_images(few, **{**kw, "params": MEAN.replace(faces="all")}).from_cache.any()
     # a touched file is still a hit (the key is the content); a changed file is a miss for that file only
     p = few.image_path[1]
     st = os.stat(p)

@@ -281,13 +281,30 @@ def test_cli_audit_bad_folders_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.vision
-def test_demo_runs_small(tmp_path):
+def test_demo_runs_small(tmp_path, capsys):
     pytest.importorskip("dlib")
     pytest.importorskip("face_recognition_models")
     out = tmp_path / "demo"
     assert main(["transfer", "demo", "-o", str(out), "--limit", "90", "--n-boot", "100", "--workers", "1"]) == 0
     doc = json.loads((out / "report.json").read_text())
     assert any("demonstration" in f["sentence"].lower() for f in doc["findings"])
+    # photos without a face: counted on the terminal, and per gender and age band in a coverage section
+    # (the face finder finds a face in every bundled FairFace photo, so there is usually nothing to say)
+    no_face = doc["meta"]["no_face"]
+    stdout = capsys.readouterr().out.splitlines()
+    sections = {s["id"]: s for s in doc["sections"]}
+    if no_face == 0:
+        assert not any(ln.startswith("face description:") for ln in stdout)
+        assert "transfer-coverage-face-description" not in sections
+    else:
+        assert any(ln.startswith(f"face description: {no_face} of 90 images left out (no face: {no_face})")
+                   for ln in stdout)
+        cov = sections["transfer-coverage-face-description"]
+        by = next(b for b in cov["blocks"] if b.get("name") == "coverage_by_group")
+        rows = [dict(zip(by["columns"], r)) for r in by["data"]]
+        for attr in ("gender", "age_band"):
+            part = [r for r in rows if r["attribute"] == attr]
+            assert sum(r["n"] for r in part) == 90 and sum(r["n"] - r["n_ok"] for r in part) == no_face
     assert (out / "predictions").is_dir() and (out / "subsets" / "design.json").is_file()
     again = tmp_path / "again"
     assert main(["audit", "transfer", "--subsets", str(out / "subsets"), "--predictions", str(out / "predictions"),

@@ -3,7 +3,7 @@ mask) fail more often for some groups than for others?
 
 A face detector that misses one group more than another biases every
 measurement built on it, so the miss rate by group is itself a finding
-(FHIBE reports face detection by group for the same reason). Rates carry
+(FHIBE reports face detection by group for the same reason; docs/METHODS.md §9.3). Rates carry
 Wilson intervals (docs/METHODS.md §4.4), the tests are chi-square tests of
 independence (docs/METHODS.md §4.1) corrected for multiplicity over the
 attributes (docs/METHODS.md §4.3).
@@ -37,12 +37,40 @@ class Coverage(SettingsView):
     tests: pd.DataFrame
     findings: list[str] = field(default_factory=list)
     settings: AuditSettings = DEFAULT_SETTINGS
+    #: rows left out per reason (index ``reason``, column ``n``), most common first; empty when no reasons were given
+    #: what one row is, in sentences ("images", "samples", "queries")
+    unit: str = "images"
+    reasons: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"n": pd.Series([], dtype="int64")},
+                                                                       index=pd.Index([], name="reason")))
 
     def to_frame(self) -> pd.DataFrame:
         return self.by_group
 
+    @property
+    def n_left_out(self) -> int:
+        """Rows for which the step did not succeed (left out of what follows)."""
+        return int(self.n - round(self.overall * self.n)) if self.n else 0
 
-def coverage_by_group(
+    def reasons_text(self, limit: int = 3) -> str:
+        """``"no face found: 110, not an image: 2"``: the most common reasons with their counts."""
+        items = [f"{r}: {int(n):,}" for r, n in self.reasons["n"].items()]
+        more = len(items) - limit
+        return ", ".join(items[:limit]) + (f" and {more} more reason{'s' if more > 1 else ''}" if more > 0 else "")
+
+    def summary_line(self) -> str:
+        """One line for the terminal: how many rows the step left out, why, and whether groups differ."""
+        if not self.n:
+            return f"{self.step}: no rows"
+        line = f"{self.step}: {self.n_left_out:,} of {self.n:,} {self.unit} left out"
+        if self.n_left_out and len(self.reasons):
+            line += f" ({self.reasons_text()})"
+        differs = self.tests[self.tests["differs"].astype(bool)].index.tolist() if len(self.tests) else []
+        if differs:
+            line += f"; the share left out differs by {', '.join(map(str, differs))}"
+        return line
+
+
+def audit_coverage(
     data: pd.DataFrame,
     ok: str | np.ndarray,
     attributes: Sequence[str],
@@ -50,6 +78,8 @@ def coverage_by_group(
     schema: Schema | None = None,
     step: str = "measurement",
     settings: AuditSettings | None = None,
+    reasons: str | Sequence | np.ndarray | None = None,
+    unit: str = "images",
 ) -> Coverage:
     """Rate of successful measurement per group of each attribute.
 
@@ -74,6 +104,12 @@ def coverage_by_group(
         Uses ``level`` (Wilson intervals, docs/METHODS.md §4.4), ``correction``
         (over the attributes, docs/METHODS.md §4.3) and ``alpha``. Default:
         ``AuditSettings()``.
+    reasons : str or array of str, optional
+        Column (or values) giving, for each row where the step failed, why (e.g. ``"no face found"``); counted
+        into ``Coverage.reasons`` so that the report says why rows were left out. Empty or missing reasons of
+        failed rows count as ``"unknown"``.
+    unit : str
+        What one row is, in the sentences of the report (``"images"``, ``"samples"``, ``"queries"``).
     """
     settings = settings or DEFAULT_SETTINGS
     level, alpha, correction = settings.level, settings.alpha, settings.correction
@@ -110,4 +146,19 @@ def coverage_by_group(
             f"Measurements built on it under-represent that group."
         )
     return Coverage(step, float(okv.mean()) if len(okv) else np.nan, int(len(okv)), by_group, tests_df.set_index("attribute"),
-                    findings, settings)
+                    findings, settings, unit, _count_reasons(data, reasons, okv))
+
+
+def _count_reasons(data: pd.DataFrame, reasons, okv: np.ndarray) -> pd.DataFrame:
+    if reasons is None:
+        return Coverage.__dataclass_fields__["reasons"].default_factory()
+    vals = pd.Series(np.asarray(data[reasons] if isinstance(reasons, str) else reasons, dtype=object))
+    failed = vals[~okv].map(lambda v: "unknown" if v is None or (isinstance(v, float) and np.isnan(v)) or str(v) == ""
+                            else str(v))
+    counts = failed.value_counts(sort=False)
+    order = sorted(counts.index, key=lambda r: (-int(counts[r]), r))
+    return pd.DataFrame({"n": counts.loc[order].astype("int64").to_numpy()}, index=pd.Index(order, name="reason"))
+
+
+#: the earlier name of :func:`audit_coverage`
+coverage_by_group = audit_coverage

@@ -35,12 +35,13 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from fairvision.io.validate import require_columns
+from fairvision.io.validate import empty_cells, require_columns
+from fairvision.audits.coverage import Coverage, audit_coverage
 from fairvision.audits.gates import quantity_key
 from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.groups import Intersection, group_label, intersections, resolve_attributes, sparse_membership, subject_codes
-from fairvision.io.scores import class_labels, metric_values
+from fairvision.io.scores import check_known_classes, class_labels, metric_values
 from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs, tar_at_far_by_group
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.groupwise import cluster_means, group_summary
@@ -100,6 +101,10 @@ class ModelAuditResult(SettingsView):
     od : dict
         ``intersection name -> ODResult`` (``estimate``, ``ci_low``, ``ci_high``...)
         when true and predicted classes were given.
+    coverage : Coverage
+        Samples left out of some part of the audit (no score for a metric, no
+        true or predicted class for OD), with the reasons and the test of the
+        share left out by group (docs/METHODS.md §9.3).
     """
 
     metrics: list[str]
@@ -116,6 +121,17 @@ class ModelAuditResult(SettingsView):
     top_disparities: pd.DataFrame = field(default_factory=pd.DataFrame)
     od: dict = field(default_factory=dict)
     intersections: list[str] = field(default_factory=list)
+    coverage: Coverage | None = None
+
+    @property
+    def n_left_out(self) -> int:
+        """Samples without a score for some metric (or without a true or predicted class when OD was asked)."""
+        return self.coverage.n_left_out if self.coverage is not None else 0
+
+    @property
+    def n_scored(self) -> int:
+        """Samples that enter every part of the audit."""
+        return self.n_samples - self.n_left_out
 
     def to_frame(self) -> pd.DataFrame:
         """All group estimates in one long table (metric, intersection, group, ...)."""
@@ -238,7 +254,7 @@ def audit_model(
         One row per sample: attribute columns, the metric columns and
         optionally a subject column (see :func:`fairvision.io.scores.join_scores`).
     metrics : sequence of str
-        Per-sample score columns (NaN = not scored; left out).
+        Per-sample score columns (NaN = not scored: left out of that metric, and counted in ``coverage``).
     attributes : sequence of Attribute or str
         Attributes (plain column names use ``schema`` when given).
     subject_col : str or None
@@ -254,7 +270,10 @@ def audit_model(
         paper used Bonferroni) at ``alpha``, and the cluster bootstrap's ``n_boot``, ``level`` and ``seed``.
     true_col, pred_col : str, optional
         True and predicted class columns: adds the recall matrix, ID and OD
-        with a bootstrap CI for every attribute/intersection.
+        with a bootstrap CI for every attribute/intersection. Rows with either
+        cell empty are left out of OD (and counted in ``coverage``); a
+        predicted class that is neither a true class nor declared for
+        ``true_col`` in ``schema`` is an error.
     schema : Schema, optional
     test_unit : {"subject", "sample"}
         What the Mann-Whitney tests compare. ``"subject"`` (default): the mean
@@ -320,11 +339,39 @@ def audit_model(
     res.top_disparities = (pd.DataFrame(tops, columns=TOP_DISPARITY_COLUMNS)
                            .sort_values(["disparity", "pvalue"], ascending=[False, True], kind="stable")
                            .reset_index(drop=True))
-    if true_col is not None or pred_col is not None:
-        res.od = _od_by_intersection(data, inters, subjects, true_col, pred_col, settings, source)
+    od_asked = true_col is not None or pred_col is not None
+    if od_asked:
+        res.od = _od_by_intersection(data, inters, subjects, true_col, pred_col, settings, source, schema)
         if progress:
             progress("overall disparity")
+    ok, why = _left_out(data, values, true_col if od_asked else None, pred_col if od_asked else None)
+    res.coverage = audit_coverage(data, ok, attrs, step="scoring", settings=settings, reasons=why, unit="samples")
     return res
+
+
+def _left_out(data: pd.DataFrame, values: dict[str, np.ndarray], true_col: str | None,
+              pred_col: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Which samples enter every part of the audit, and why the others do not: ``"no score"`` (no metric
+    scored), ``"no <metric> score"`` (some metrics scored), ``"no true class"``, ``"no predicted class"``,
+    joined with ``" and "``."""
+    n = len(data)
+    reason = np.full(n, "", dtype=object)
+
+    def add(mask: np.ndarray, text: str) -> None:
+        reason[mask] = np.where(reason[mask] == "", text, reason[mask] + " and " + text)
+
+    if values:
+        missing = np.stack([np.isnan(v) for v in values.values()], axis=1)
+        none = missing.all(axis=1)
+        add(none, "no score")
+        if len(values) > 1:
+            for j, m in enumerate(values):
+                add(missing[:, j] & ~none, f"no {m} score")
+    for col, what in ((true_col, "no true class"), (pred_col, "no predicted class")):
+        if col is not None:
+            add(empty_cells(data[col]), what)
+    ok = reason == ""
+    return ok, np.where(ok, None, reason)
 
 
 def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, unit: str):
@@ -336,16 +383,30 @@ def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, u
     return cluster_means(x, codes, subj)
 
 
+def check_predicted_classes(predictions: pd.DataFrame, pred_col: str, data: pd.DataFrame, true_col: str, *,
+                            schema: Schema | None = None, source: str = "samples") -> None:
+    """A predicted class must be a true class of ``data`` or declared for ``true_col`` in ``schema``
+    (docs/METHODS.md §6.4): a prediction spelt otherwise ("Female" for "female", 0 for "cat") would silently count
+    as wrong. Raises a one-line :class:`~fairvision.errors.ColumnError` naming ``source``, the row, the column
+    and a few of the unknown classes."""
+    known = set(class_labels(data[true_col][~empty_cells(data[true_col])]).tolist())
+    if schema is not None and true_col in schema and schema[true_col].categories is not None:
+        known |= set(schema[true_col].categories)
+    check_known_classes(predictions, pred_col, known, source=source, of=f"the true classes in {true_col!r}",
+                        hint=f"a class the samples lack can be declared for {true_col!r} in the schema")
+
+
 def _od_by_intersection(data, inters, subjects, true_col, pred_col, settings: AuditSettings,
-                        source) -> dict[str, ODResult]:
+                        source, schema: Schema | None) -> dict[str, ODResult]:
     for col, role in ((true_col, "true class"), (pred_col, "predicted class")):
         if col is None:
             raise FairvisionError(f"OD needs both the true and the predicted class column; the {role} column is missing")
         if col not in data.columns:
             raise ColumnError(f"{source}: no {role} column {col!r}; columns are {', '.join(map(str, data.columns))}")
+    miss = empty_cells(data[true_col]) | empty_cells(data[pred_col])
     y_true = class_labels(data[true_col])
     y_pred = class_labels(data[pred_col])
-    miss = data[true_col].isna().to_numpy() | data[pred_col].isna().to_numpy()
+    check_predicted_classes(data, pred_col, data, true_col, schema=schema, source=source)
     out = {}
     for inter in inters:
         keep = ~miss[inter.rows]

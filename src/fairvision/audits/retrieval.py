@@ -20,7 +20,12 @@ Composes the pieces of the retrieval audit (docs/METHODS.md §8, Khaziev et al.)
    and the audited one, the detectable nRR against catalog size, and whether
    this catalog is large enough to detect an 80%-rule violation per value.
    The simulated catalog size is the number of queries that entered the test
-   (in the paper every catalog item is a query).
+   (in the paper every catalog item is a query);
+5. the rows left out (docs/METHODS.md §9.3): images without an embedding (no face, unreadable, too large) and
+   items without a value of the attribute are one coverage result (:func:`fairvision.audits.coverage.audit_coverage`:
+   the share left out per group of the attribute, tested, with the reasons); result pairs left out for a result
+   item without a value are another. Images without an embedding cannot be retrieved, so they are not in the
+   catalog either.
 """
 
 from __future__ import annotations
@@ -31,17 +36,20 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.coverage import Coverage, audit_coverage
 from fairvision.audits.settings import AuditSettings
 from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.io.retrieval import read_items, read_results
 from fairvision.io.validate import empty_cells, missing_rows
-from fairvision.schema import MISSING_LABEL
+from fairvision.schema import MISSING_LABEL, Attribute, Schema
 from fairvision.skin.batch import MeasureParams, measure_images
 from fairvision.skin.categories import st_class
 from fairvision.stats.parity import CATALOG_ROW, DEFAULT_ALPHA, ParityOptions, ParityResult, parity_test
 from fairvision.stats.power import PAPER_CATALOG_SIZES, CatalogAdequacy, catalog_adequacy, detectable_curve, power_grid
 
 SKIN_ATTRIBUTE = "st_class"
+#: column of an item table that says why its ``st_class`` is empty (filled by :func:`measure_skin_attribute`)
+SKIN_REASON_COLUMN = "st_class_reason"
 DETECTABLE_NS = (50, 100, 250, 500, 1000, 2500, 5000)
 #: settings of the retrieval audit when given none: the paper's significance level, 0.01
 DEFAULTS = AuditSettings(alpha=DEFAULT_ALPHA)
@@ -92,6 +100,12 @@ class RetrievalAudit:
         The skin measurements, when the attribute was measured.
     embedding_status : pandas.DataFrame or None
         Which images got an embedding, when the harness embedded images.
+    coverage : Coverage or None
+        The candidate queries left out (docs/METHODS.md §9.3): the images, when the harness embedded them (no
+        embedding, or no value of the attribute), else the queries of the results (no value), by the attribute.
+    result_coverage : Coverage or None
+        The top-K result pairs of the queries kept that are left out because the result item has no value of the
+        attribute, by the query's value; None when no pair was left out that way.
     """
 
     parity: ParityResult
@@ -102,6 +116,8 @@ class RetrievalAudit:
     adequacy: CatalogAdequacy | None = None
     skin: pd.DataFrame | None = None
     embedding_status: pd.DataFrame | None = None
+    coverage: Coverage | None = None
+    result_coverage: Coverage | None = None
     power_trials: int = 0
     target_power: float = 0.8
     meta: dict = field(default_factory=dict)
@@ -110,8 +126,8 @@ class RetrievalAudit:
         """Named numbers for ``--fail-if`` gates: ``omnibus_p``, ``omnibus_chi2``,
         ``min_nrr`` (smallest normalised risk ratio), ``n_unfair`` (values below the
         80% rule and significant after correction), ``n_below_80`` (values with nRR
-        < 0.8), and per value ``nrr.<value>``, ``rr.<value>``,
-        ``pvalue_adjusted.<value>``."""
+        < 0.8), ``n_left_out`` (candidate queries left out: images without an embedding, items without a
+        value), and per value ``nrr.<value>``, ``rr.<value>``, ``pvalue_adjusted.<value>``."""
         om = self.parity.omnibus
         con = self.parity.contrasts
         q = {"omnibus_p": float(om.pvalue), "omnibus_chi2": float(om.statistic)}
@@ -119,6 +135,7 @@ class RetrievalAudit:
         q["min_nrr"] = float(nrr.min()) if len(nrr) else float("nan")
         q["n_below_80"] = float((nrr < 0.8).sum())
         q["n_unfair"] = float(((nrr < 0.8) & con["reject"].astype(bool)).sum()) if "reject" in con else q["n_below_80"]
+        q["n_left_out"] = float(self.coverage.n_left_out) if self.coverage is not None else 0.0
         for value, row in con.iterrows():
             q[f"nrr.{value}"] = float(row["nrr"])
             q[f"rr.{value}"] = float(row["rr"])
@@ -141,8 +158,9 @@ def measure_skin_attribute(items: pd.DataFrame, *, mask_method: str = "mediapipe
                            settings: AuditSettings | None = None) -> pd.DataFrame:
     """Add ``st_class`` (ST1..ST6 from the median ITA of the skin pixels) and ``ita`` to an item table.
 
-    Images that cannot be measured get a missing class (they are left out of
-    the tests and counted). ``store``: the results store (or its folder) to reuse
+    Images that cannot be measured get a missing class and, in ``st_class_reason``
+    (:data:`SKIN_REASON_COLUMN`), why (they are left out of the tests and counted). ``progress``: True (a bar
+    on a terminal) or ``progress(done, total)``. ``store``: the results store (or its folder) to reuse
     and keep measurements in (:func:`fairvision.skin.batch.measure_images`).
     ``settings``: where the measuring runs (``engine``, ``address``, ``workers``;
     default one local worker).
@@ -159,8 +177,22 @@ def measure_skin_attribute(items: pd.DataFrame, *, mask_method: str = "mediapipe
     key = out["item_id"] if "item_id" in out.columns else out["sample_id"]
     out["ita"] = key.astype(str).map(ita).to_numpy(dtype=float)
     out[SKIN_ATTRIBUTE] = st_class(out["ita"])
+    why = pd.Series([_skin_reason(r, f) for r, f in zip(meas["reason"], meas.get("flags", meas["reason"]))],
+                    index=meas["sample_id"].astype(str), dtype=object)
+    out[SKIN_REASON_COLUMN] = np.where(out[SKIN_ATTRIBUTE].isna(), key.astype(str).map(why).fillna("skin colour not measured"),
+                                  None)
     out.attrs["skin_measurements"] = meas
     return out
+
+
+#: short reasons of the skin measurement's flags whose reason is an exception's text
+_SKIN_FLAG_REASONS = {"image_too_large": "image too large", "unreadable_image": "unreadable image", "error": "worker error"}
+
+
+def _skin_reason(reason, flags) -> str:
+    """``"skin colour not measured (no face found)"``: why an image has no skin colour class, short."""
+    short = _SKIN_FLAG_REASONS.get(str(flags)) or (str(reason) if isinstance(reason, str) and reason else "")
+    return f"skin colour not measured ({short})" if short else "skin colour not measured"
 
 
 def _apply_missing(items: pd.DataFrame, attribute: str, rule: str) -> pd.Series:
@@ -309,7 +341,9 @@ def audit_retrieval(
     power : PowerOptions, optional
         The power analysis (default ``PowerOptions()``: 1,000 trials; ``trials=0`` skips it).
     embedding_status : pandas.DataFrame, optional
-        Which images got an embedding, when the harness embedded images (kept in the result).
+        Which images got an embedding (``item_id``, ``ok``, ``reason``), when the harness embedded images: kept
+        in the result; the images without one are left out (counted by reason and tested by group in
+        ``coverage``) and, unless ``catalog`` is given, not in the catalog (they cannot be retrieved).
     progress : callable, optional
         ``progress(step)`` at every step.
     settings : AuditSettings, optional
@@ -325,6 +359,8 @@ def audit_retrieval(
     power = power or PowerOptions()
     say = progress or (lambda msg: None)
     say("parity tests")
+    if catalog is None and embedding_status is not None:
+        catalog = _embedded_items(items, attribute, embedding_status)
     par = parity_from_results(results, items, attribute, k, catalog=catalog, missing=missing, options=parity,
                               settings=settings)
     cat_row = par.table.loc[CATALOG_ROW].astype(float)
@@ -333,13 +369,102 @@ def audit_retrieval(
     p_z = cat_row / cat_row.sum()
     audit = RetrievalAudit(parity=par, attribute=attribute, p_z=p_z, embedding_status=embedding_status,
                            power_trials=int(power.trials), target_power=float(power.target))
+    audit.coverage, audit.result_coverage = left_out(results, items, attribute, k, missing=missing,
+                                                     embedding_status=embedding_status, settings=settings)
     present = p_z[p_z > 0]
     if power.trials and len(present) >= 2 and present.max() < 1:
         _power_analysis(audit, present, int(par.n_queries), k, parity.continuity, power, settings, say)
     audit.meta = {"k": int(k), "alpha": float(settings.alpha), "correction": settings.correction,
                   "continuity": bool(parity.continuity), "n_queries": int(par.n_queries),
-                  "n_catalog": int(par.n_catalog), "dropped": par.dropped}
+                  "n_catalog": int(par.n_catalog), "dropped": par.dropped,
+                  "n_left_out": int(audit.coverage.n_left_out)}
     return audit
+
+
+def _embedded_items(items, attribute: str, status: pd.DataFrame) -> pd.DataFrame:
+    """The items that got an embedding: the catalog the nearest-neighbour search ran over."""
+    items = read_items(items, attribute)
+    embedded = set(status.loc[status["ok"].astype(bool), "item_id"].astype(str))
+    out = items[items["item_id"].isin(embedded)].reset_index(drop=True)
+    out.attrs["source"] = f"{items.attrs.get('source', 'items')} (items with an embedding)"
+    return out
+
+
+def reason_kind(reason) -> str | None:
+    """The kind of a failure reason, without the detail that varies per row: ``"image too large: 178956970
+    pixels ..."`` -> ``"image too large"``; None for no reason."""
+    if reason is None or (isinstance(reason, float) and np.isnan(reason)) or str(reason) == "":
+        return None
+    return str(reason).split(": ", 1)[0]
+
+
+def left_out(results, items, attribute: str, k: int = 6, *, missing: str = "drop",
+             embedding_status: pd.DataFrame | None = None,
+             settings: AuditSettings | None = None) -> tuple[Coverage, Coverage | None]:
+    """The rows a retrieval audit leaves out, as coverage results by the attribute (docs/METHODS.md §9.3).
+
+    Parameters
+    ----------
+    results, items, attribute, k, missing
+        As for :func:`parity_from_results` (``missing`` is applied, not checked: call this after it).
+    embedding_status : pandas.DataFrame, optional
+        ``item_id``, ``ok`` and ``reason`` of every image the harness embedded.
+    settings : AuditSettings, optional
+        ``level``, ``correction`` and ``alpha`` of the coverage tests.
+
+    Returns
+    -------
+    queries : Coverage
+        One row per candidate query: every embedded image (unit ``images``), else every query of the results
+        (unit ``queries``). Left out: no embedding (the embedding step's reason, without per-image detail) or no
+        value of the attribute (for ``st_class``, the skin measurement's reason in ``st_class_reason``).
+    results : Coverage or None
+        One row per top-``k`` result pair of a query kept, grouped by the query's value; left out when the
+        result item has no value. None when no pair was left out that way.
+    """
+    settings = settings or DEFAULTS
+    results, items = read_results(results), read_items(items, attribute)
+    attr = _apply_missing(items, attribute, missing)
+    value_of = pd.Series(attr.to_numpy(dtype=object), index=items["item_id"].to_numpy())
+    no_value = f"no {attribute} value"
+    measured = attribute == SKIN_ATTRIBUTE and SKIN_REASON_COLUMN in items.columns  # the reasons are the skin measurement's
+    why = items[SKIN_REASON_COLUMN] if measured else pd.Series(None, index=items.index, dtype=object)
+    why_of = pd.Series(why.where(why.notna(), no_value).to_numpy(dtype=object), index=items["item_id"].to_numpy())
+    if embedding_status is not None:
+        ids = embedding_status["item_id"].astype(str)
+        embedded = embedding_status["ok"].astype(bool).to_numpy()
+        failed = embedding_status["reason"].map(reason_kind).fillna("no embedding").to_numpy(dtype=object)
+        unit = "images"
+    else:
+        ids = pd.Series(pd.unique(results["query_id"]), dtype=object)
+        embedded, failed, unit = np.ones(len(ids), dtype=bool), np.full(len(ids), None, dtype=object), "queries"
+    values = ids.map(value_of)
+    has_value = values.notna().to_numpy()
+    reasons = np.where(~embedded, failed, np.where(has_value, None, ids.map(why_of).fillna(no_value).to_numpy(dtype=object)))
+    steps = (["face embedding"] if embedding_status is not None else []) + (
+        ["skin colour measurement" if measured else f"{attribute} lookup"]
+        if (embedded & ~has_value).any() or embedding_status is None else [])
+    schema = Schema().add(_coverage_attribute(attr, attribute))
+    queries = audit_coverage(pd.DataFrame({attribute: values.to_numpy(dtype=object)}), embedded & has_value,
+                             [attribute], schema=schema, step=" and ".join(steps), settings=settings,
+                             reasons=reasons, unit=unit)
+    top = results[results["rank"].to_numpy() <= k]
+    qv, rv = top["query_id"].map(value_of), top["item_id"].map(value_of)
+    kept = qv.notna().to_numpy()
+    pair_ok = rv.notna().to_numpy()[kept]
+    if pair_ok.all():
+        return queries, None
+    pairs = audit_coverage(pd.DataFrame({attribute: qv.to_numpy(dtype=object)[kept]}), pair_ok, [attribute],
+                           schema=schema, step=f"{attribute} lookup of the results", settings=settings,
+                           reasons=top["item_id"].map(why_of).fillna(no_value).to_numpy(dtype=object)[kept],
+                           unit="results")
+    return queries, pairs
+
+
+def _coverage_attribute(values: pd.Series, name: str) -> Attribute:
+    """The attribute of the coverage tests: the declared order of a categorical column, empty cells in no group."""
+    cats = list(values.cat.categories) if isinstance(values.dtype, pd.CategoricalDtype) else None
+    return Attribute(name, categories=cats, missing="drop", allow_unknown=True)
 
 
 def _power_analysis(audit: RetrievalAudit, present: pd.Series, n: int, k: int, continuity: bool,

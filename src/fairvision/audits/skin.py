@@ -32,6 +32,7 @@ import pandas as pd
 from fairvision.audits.settings import AuditSettings
 from fairvision.errors import ParameterError
 from fairvision.io.validate import require_columns
+from fairvision.skin.batch_tables import failure_reasons
 from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
 from fairvision.stats.chisquare import ChiSquareResult, chi2_test
 from fairvision.stats.proportions import wilson_interval
@@ -262,7 +263,8 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
     hist = _hist(Lm, hm, L_edges, h_edges)
     n_failed = n_images - int(ok.sum())
     if n_failed:
-        notes.append(f"{n_failed} of {n_images} images have no skin colour measurement and are left out.")
+        notes.append(f"{n_failed} of {n_images} images have no skin colour measurement and are left out"
+                     f"{_why_left_out(data, ok)}.")
     flag_counts = pd.Series(dtype="int64")
     if "flags" in data.columns:
         fl = data.loc[ok, "flags"].fillna("").astype(str)
@@ -278,6 +280,14 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
                             table=_table1(counts), histograms=hist, points=points,
                             thresholds={"L": L_threshold, "hue": hue_threshold}, ci_method=ci_method,
                             by_group=by_group, group_test=group_test, notes=notes, flag_counts=flag_counts)
+
+
+def _why_left_out(data: pd.DataFrame, ok: np.ndarray) -> str:
+    """`` (no face found: 2, unreadable image: 1)`` for a measurement table with flags; empty otherwise."""
+    if "flags" not in data.columns:
+        return ""
+    why = pd.Series(failure_reasons(data.assign(ok=ok))[~ok]).value_counts()
+    return " (" + ", ".join(f"{r}: {int(n):,}" for r, n in why.items()) + ")" if len(why) else ""
 
 
 def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, name):

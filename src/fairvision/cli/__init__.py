@@ -21,6 +21,7 @@ import typer
 
 from fairvision import __version__
 from fairvision.cli.options import flag_message
+from fairvision.cli.startup import Group, check_first, fit_help
 from fairvision.errors import FairvisionError, ParameterError
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=Group,  # help in click's plain layout below 100 columns, where rich panels would cut words
 )
 audit_app = typer.Typer(
     help="Audit a dataset, a model, or a retrieval system and write a report.",
@@ -43,7 +45,7 @@ audit_app = typer.Typer(
 app.add_typer(audit_app, name="audit")
 
 COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score", "store", "generative",
-                   "transfer", "vlm", "curate")
+                   "transfer", "vlm", "curate", "doctor")
 
 
 def _version_callback(value: bool):
@@ -90,6 +92,8 @@ def _plain_metavars(typer_app: typer.Typer) -> None:
 
 
 _plain_metavars(app)
+check_first(app)  # input paths and $FAIRVISION_MAX_PIXELS checked before a command's heavy imports
+fit_help(app)
 
 
 class Interrupted(BaseException):

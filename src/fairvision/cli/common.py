@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -55,13 +56,50 @@ def status(message: str) -> Iterator:
     yield lambda msg: con.print(f"[dim]{message}: {msg}…[/dim]")
 
 
+class StageLines:
+    """``advance(stage, done, total)`` for a stderr that is not a terminal (a log, CI): one line per finished
+    stage, ``"<stage>: <done> of <total> in <s> s"``, when it reaches its total, or at the end of a run for a
+    stage that stopped short of it (items read from the store, say). A stage's clock starts when the run
+    starts or when the stage before it finished, whichever is later."""
+
+    def __init__(self, echo=None):
+        self.echo = echo or (lambda line: typer.echo(line, err=True))
+        self.started = time.perf_counter()
+        self.last_finish = self.started
+        self.stages: dict[str, list] = {}  # stage -> [start, done, total, said]
+
+    def __call__(self, stage: str, n_done: int, total: int) -> None:
+        now = time.perf_counter()
+        state = self.stages.setdefault(stage, [self.last_finish, 0, 0, False])
+        state[1:3] = [int(n_done), int(total)]
+        if not state[3] and state[1] >= state[2]:
+            self._say(stage, state, now)
+
+    def _say(self, stage: str, state: list, now: float) -> None:
+        state[3] = True
+        self.last_finish = now
+        self.echo(f"{stage}: {state[1]:,} of {state[2]:,} in {now - state[0]:.1f} s")
+
+    def close(self) -> None:
+        """The end of a run: a line for each stage that started but did not reach its total."""
+        now = time.perf_counter()
+        for stage, state in self.stages.items():
+            if not state[3]:
+                self._say(stage, state, now)
+
+
 @contextlib.contextmanager
 def progress_bars(show: bool = True) -> Iterator:
-    """``advance(stage, done, total)`` backed by rich progress bars on stderr, one per stage; None when
-    ``show`` is false or stderr is not a terminal (so logs and CI stay clean)."""
-    con = console()
-    if not (show and con.is_terminal):
+    """``advance(stage, done, total)`` backed by rich progress bars on stderr, one per stage, when stderr is a
+    terminal; otherwise one line per finished stage (:class:`StageLines`). None when ``show`` is false."""
+    if not show:
         yield None
+        return
+    con = console()
+    if not con.is_terminal:
+        lines = StageLines()
+        yield lines
+        lines.close()  # not reached when the run fails: only finished stages are reported
         return
     # lazy: rich.progress adds ~60 ms to every fairvision start-up (measured for cli/retrieval.py)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -80,7 +118,7 @@ def progress_bars(show: bool = True) -> Iterator:
 @contextlib.contextmanager
 def progress_bar(label: str, show: bool = True) -> Iterator:
     """``advance(done, total)`` for one progress bar labelled ``label`` (see :func:`progress_bars`); a no-op
-    function when no bar is shown."""
+    function when ``show`` is false."""
     with progress_bars(show) as advance:
         if advance is None:
             yield lambda n_done, total: None
@@ -93,6 +131,9 @@ def image_table(source: str, *, recursive: bool = False,
     """The images to work on: a folder of images (searched in subfolders too with ``recursive``), a sample table
     with an image path column, or ``portraits`` / ``demo`` (the bundled CC0 portraits / FairFace sample).
     ``hint`` ends the message for a source that does not exist."""
+    p = Path(source)
+    if source not in ("portraits", "demo") and not p.exists():  # before the imports below: an error at once
+        raise FairvisionError(f"{p}: no such file or folder ({hint})")
     # lazy: pandas (about 0.5 s) is only needed once a command runs
     from fairvision.datasets import from_folder, load_demo, load_portraits
     from fairvision.io.tables import read_table
@@ -101,11 +142,8 @@ def image_table(source: str, *, recursive: bool = False,
         return load_portraits()
     if source == "demo":
         return load_demo()
-    p = Path(source)
     if p.is_dir():
         return from_folder(p, recursive=recursive)
-    if not p.exists():
-        raise FairvisionError(f"{p}: no such file or folder ({hint})")
     df = read_table(p)
     if "image_path" not in df.columns:
         raise FairvisionError(f"{p}: no image path column (image_path, filename, file_name, path or file)")

@@ -37,10 +37,11 @@ def curate_crops_cmd(
     if not scale > 0:
         raise FairvisionError(f"--scale must be positive, got {scale}")
     # lazy: numpy, pandas, OpenCV and the face models cost seconds, many times the CLI's start-up
+    data = image_table(source, recursive=True)  # before the heavy imports: a missing input fails fast
+
     from fairvision.audits.curation.faces import derive_face_sets
     from fairvision.io.tables import read_raw_table
 
-    data = image_table(source, recursive=True)
     lm = None
     if landmarks is not None:
         lm = read_raw_table(landmarks)

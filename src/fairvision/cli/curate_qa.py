@@ -36,13 +36,14 @@ def curate_qa_cmd(
     if strip_to is not None:
         check_outdir(strip_to)
     conditions = [parse_condition(c) for c in fail_if]
+    data = image_table(source, recursive=True)  # before the heavy imports: a missing input fails fast
+
     # lazy: numpy, pandas, PIL and the report stack cost about 1.5 s, ten times the CLI's start-up
     from fairvision.audits.curation.qa import audit_images, split_from_folder, strip_all
     from fairvision.io.atomic import atomic_output_dir
     from fairvision.report import Report
     from fairvision.report.sections.curation_qa import qa_section
 
-    data = image_table(source, recursive=True)
     if split_col is not None and split_col not in data.columns and Path(source).is_dir():
         data = split_from_folder(data, source, split_col)  # photos/train/x.jpg: split "train"
     results = results_store(store, no_store)  # checks of files seen before

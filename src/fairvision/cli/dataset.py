@@ -62,7 +62,7 @@ def audit_dataset_cmd(
     skin_method: str = typer.Option("thong", "--skin-method", help="Skin colour estimator for --measure-skin: thong, mean, median_ita, gray_mean."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
-    skin_faces: str = typer.Option("largest", "--skin-faces", help="Faces measured per image with --measure-skin: 'largest' (the annotated person of a one-person-per-row table; default) or 'all'."),
+    skin_faces: str = typer.Option("largest", "--skin-faces", help="Faces measured per image with --measure-skin: 'largest' (default: a row is one annotated subject, and uniting every face would pool a bystander's skin into theirs) or 'all'. The same default as 'skin measure --faces', so the two share their results in the store."),
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Image embeddings (.npy with ids file, .npz, or a table with sample ids) for the Vendi diversity score per group."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'nsd>0.3', 'n_empty_groups>0', 'imbalance_ratio.gender>2' (repeat for several)."),
@@ -88,6 +88,7 @@ def audit_dataset_cmd(
             table, attr, output, target=target, subject_col=subject_col, max_k=max_k, schema=schema, settings=settings,
             check_images=check_images, skin=skin, embeddings=embeddings, progress=say,
             report=ReportOptions(title=title, show_images=show_images, conditions=tuple(conditions)),
+            echo=lambda line: typer.echo(line, err=True),
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
     exit_if_gates_failed(audit.gates)
@@ -118,13 +119,17 @@ def run_dataset_audit(
     embeddings=None,
     report: ReportOptions | None = None,
     progress=None,
+    echo=None,
 ):
     """Read a table (path or DataFrame), audit it and write the report; returns ``(paths, audit)``.
 
     ``schema`` (default: an empty one) gets every attribute and the target declared; ``settings`` (default
     :data:`DEFAULTS`) are the audit's (:func:`fairvision.audits.dataset.audit_dataset`) and, with ``skin``, the
     skin measurement's (``workers``, ``engine``, ``address``) and its coverage tests'. ``skin``: measure
-    apparent skin colour and add it as attributes (None: no measurement).
+    apparent skin colour and add it as attributes (None: no measurement). ``progress``: called with each step's
+    name as it starts (a terminal's status line); ``echo``: called with each step's one-line summary, on a terminal
+    or not (the skin measurement: measured, from the store, failed; and, when images are left out, why and
+    whether the share left out differs by group). None: no lines.
     """
     import pandas as pd  # lazy imports: see the module docstring
 
@@ -150,7 +155,7 @@ def run_dataset_audit(
     sections = []
     if skin is not None:
         df, skin_attrs, skin_sections = _measure_skin(df, source, schema, list(attributes), skin, settings, say,
-                                                      subject_col=subject_col)
+                                                      subject_col=subject_col, echo=echo)
         attributes = list(attributes) + skin_attrs
         sections += skin_sections
     emb = _aligned_embeddings(embeddings, df, source) if embeddings is not None else None
@@ -176,25 +181,28 @@ def run_dataset_audit(
 SKIN_ATTRIBUTES = ("skin_tone", "skin_hue")
 
 
-def _measure_skin(df, source, schema, attributes, skin: SkinOptions, settings: AuditSettings, say, subject_col=None):
+def _measure_skin(df, source, schema, attributes, skin: SkinOptions, settings: AuditSettings, say, subject_col=None,
+                  echo=None):
     """Measure skin colour per image, join the categories as attributes, and build the skin sections.
 
     Returns the joined table, the extra attribute names and the report sections
     (skin colour distribution by the first attribute; coverage of the skin
-    measurement by group). Measurements are read from and kept in ``skin.store`` (the results store), with each
-    image's subject (``subject_col``, default ``subject_id``) so that ``fairvision store forget`` finds them.
-    ``settings``: where the measurement runs (``workers``, ``engine``, ``address``) and the coverage tests'
-    ``correction``, ``alpha`` and ``level``.
+    measurement by group, with why images were left out). Measurements are read from and kept in ``skin.store``
+    (the results store), with each image's subject (``subject_col``, default ``subject_id``) so that
+    ``fairvision store forget`` finds them. ``settings``: where the measurement runs (``workers``, ``engine``,
+    ``address``) and the coverage tests' ``correction``, ``alpha`` and ``level``. ``echo`` gets the measurement's
+    summary line and, when images are left out, the coverage's (:meth:`Coverage.summary_line`).
     """
     import pandas as pd  # lazy imports: see the module docstring
 
-    from fairvision.audits.coverage import coverage_by_group
+    from fairvision.audits.coverage import audit_coverage
     from fairvision.audits.skin import audit_skin_distribution
     from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
     from fairvision.report.sections.coverage import coverage_section
     from fairvision.report.sections.skin import skin_section
     from fairvision.schema import Attribute
     from fairvision.skin.batch import measure_images
+    from fairvision.skin.batch_tables import failure_reasons, summary_line
 
     if IMAGE_PATH not in df.columns:
         raise FairvisionError(f"{source}: --measure-skin needs an image_path column")
@@ -204,6 +212,8 @@ def _measure_skin(df, source, schema, attributes, skin: SkinOptions, settings: A
     if subject is not None and subject in df.columns:
         images = images.assign(**{SUBJECT_ID: df[subject].to_numpy()})
     measured = measure_images(images, params=skin.params, settings=settings, progress=True, store=skin.store)
+    echo = echo or (lambda line: None)
+    echo(f"skin colour: {summary_line(measured.attrs['summary'])}")
     keep = [c for c in measured.columns if c not in (IMAGE_PATH, SUBJECT_ID) and c not in df.columns or c == SAMPLE_ID]
     joined = df.merge(measured[keep], on=SAMPLE_ID, how="left", validate="one_to_one")
     joined.attrs = dict(df.attrs)
@@ -213,8 +223,11 @@ def _measure_skin(df, source, schema, attributes, skin: SkinOptions, settings: A
         schema.add(Attribute(col, categories=cats, ordered=True, missing="keep"))
         extra.append(col)
     dist = audit_skin_distribution(joined, by=attributes[0], name=Path(source).name, subject=None)
-    cov = coverage_by_group(joined, joined["ok"].fillna(False).astype(bool).to_numpy(), attributes, schema=schema,
-                            step="skin measurement (face found, enough skin pixels)", settings=settings)
+    ok = joined["ok"].fillna(False).astype(bool).to_numpy()
+    cov = audit_coverage(joined, ok, attributes, schema=schema, step="skin measurement", settings=settings,
+                         reasons=failure_reasons(joined.assign(ok=ok)), unit="images")
+    if cov.n_left_out:
+        echo(cov.summary_line())
     return joined, extra, [skin_section(dist), coverage_section(cov, id="skin-coverage")]
 
 

@@ -36,6 +36,7 @@ def demo_cmd(
     with status("fairvision demo") as say:
         paths, audit = run_dataset_audit(
             df, ["age", "gender"], output, schema=schema, settings=settings, skin=skin, progress=say,
+            echo=lambda line: typer.echo(line, err=True),
             report=ReportOptions(title="fairvision demo: FairFace sample (540 images)",
                                  meta={"data": "FairFace sample, CC BY 4.0 (Karkkainen and Joo, WACV 2021)"}),
         )

@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fairvision.audits.settings import AuditSettings
-from fairvision.cli.common import check_outdir, done, status
+from fairvision.cli.common import check_outdir, done, progress_bar, status
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError, InputFileError
 
@@ -317,12 +315,8 @@ def transect_cmd(
     tag = f"{axis}{delta:+g}"
     rows, extra = [], {}
     seen: set[str] = set()
-    con = Console(stderr=True)
-    with quiet_native_stderr(), Progress(TextColumn("transect {task.description}"), BarColumn(), MofNCompleteColumn(),
-                                         TimeRemainingColumn(), console=con, transient=True,
-                                         disable=not con.is_terminal) as prog:
-        task = prog.add_task(tag, total=len(files))
-        for f in files:
+    with quiet_native_stderr(), progress_bar(f"transect {tag}") as advance:
+        for i, f in enumerate(files, 1):
             name = f"{f.stem}_{tag}.png"
             if name in seen:
                 name = f"{f.parent.name}_{name}"
@@ -342,7 +336,7 @@ def transect_cmd(
                     row.update(status="done", reason=None, **res.check)
                     extra[f"images/{name}"] = encode_png(res.image)
             rows.append(row)
-            prog.advance(task)
+            advance(i, len(files))
     checks = pd.DataFrame(rows)
     for col in ("achieved", "ok"):
         if col not in checks:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-import typer.core
 
 from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
     NO_STORE_OPTION,
     STORE_OPTION,
+    StageLines,
     check_outdir,
     done,
     exit_if_gates_failed,
@@ -26,11 +26,13 @@ from fairvision.cli.common import (
     results_store,
 )
 from fairvision.cli.options import with_settings
+from fairvision.cli.startup import Group
 from fairvision.errors import FairvisionError
 
 
-class _DefaultRunGroup(typer.core.TyperGroup):
-    """A group whose first argument, when it is not a subcommand, is the spec of ``run``."""
+class _DefaultRunGroup(Group):
+    """A group whose first argument, when it is not a subcommand, is the spec of ``run`` (with the help layout
+    of every group, :class:`fairvision.cli.startup.Group`)."""
 
     def parse_args(self, ctx, args):
         if args and args[0] not in self.commands and not args[0].startswith("-"):
@@ -75,7 +77,7 @@ def run_cmd(
     no_store: bool = NO_STORE_OPTION,
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_abs_word_skin>10', 'n_flagged_words>0', 'model_age>3', 'face_lost_share>0.05'. Repeat: any one failing fails."),
     show_images: bool = typer.Option(False, "--show-images", help="Embed before/after thumbnails of flagged words (face images: off by default)."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr (only on a terminal)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars on stderr on a terminal; otherwise one line per finished stage (generation, assessment, scoring) with its failures."),
     settings: AuditSettings = None,
 ):
     """Run a generative audit: every generator edits every seed with every neutral prompt (outputs that
@@ -83,10 +85,13 @@ def run_cmd(
     the results store, so a rerun assesses only what is new),
     and word, topic and model scores with bootstrap CIs and corrected paired tests are reported. --workers
     parallelises the built-in editor, folder outputs and the assessment (a callable or HTTP generator runs one at
-    a time unless its spec sets workers)."""
+    a time unless its spec sets workers). A generator none of whose outputs could be made is an error naming
+    the most common cause; the failures table is written to OUT/failures.csv."""
     from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition  # lazy: see the docstring
     from fairvision.audits.generative import audit_generative, load_spec
-    from fairvision.audits.generative.runs import run_files
+    from fairvision.audits.generative.failures import GenerationFailed
+    from fairvision.audits.generative.runs import FAILURES_FILE, run_files
+    from fairvision.io.atomic import atomic_write_text
     from fairvision.engine import check_engine
     from fairvision.report import Report
     from fairvision.report.sections.generative import generative_sections
@@ -96,25 +101,42 @@ def run_cmd(
     check_engine(settings.engine, settings.address)
     results = results_store(store, no_store)
     spec = load_spec(spec_path)
+    planted = _planted_line(spec)
+    if planted:
+        typer.echo(f"note: {planted}", err=True)
     with progress_bars(progress) as advance:
-        result = audit_generative(spec, settings=settings, progress=advance, store=results)
+        # on a terminal the bars; in a log the audit's own line per finished stage, which counts its failures
+        bars = advance if not isinstance(advance, StageLines) else None
+        stages = (lambda line: typer.echo(line, err=True)) if isinstance(advance, StageLines) else None
+        try:
+            result = audit_generative(spec, settings=settings, progress=bars, store=results, stages=stages)
+        except GenerationFailed as exc:  # the list goes where the report would have gone, and the line says so
+            where = output / "failures.csv"
+            atomic_write_text(where, exc.failures.to_csv(index=False))
+            raise FairvisionError(exc.message_for(str(where))) from None
     gates = evaluate_conditions(conditions, result.quantities()) if conditions else []
+    demo = {"demonstration": f"planted shifts of the built-in editor ({', '.join(result.planted)}), not a model's bias"}
     report = Report(title=f"Generative audit: {spec.name}", subtitle="fairvision generative model audit (BiasPainter)",
                     meta={"spec": str(spec_path), "generators": ", ".join(result.generators),
                           "seeds": len(spec.seeds), "prompt words": len(spec.prompts),
+                          **(demo if result.planted else {}),
                           "settings": spec.run_settings(settings).to_meta(), **(gate_meta(gates) if gates else {})})
     for sec in generative_sections(result, show_images=show_images):
         report.add(sec)
     paths = report.write(output, extra_files=run_files(result))
-    for note in result.notes:  # failures, ids that differ only in case or punctuation: said here too
+    for note in result.notes:  # ids that differ only in case or punctuation, no skin measured: said here too
         typer.echo(f"note: {note}", err=True)
+    for cov in result.coverage.values():  # outputs left out: how many, why, and where each one is listed
+        typer.echo(f"note: {cov.summary_line()}; every failure with its reason: {output / FAILURES_FILE} "
+                   "(and the report's failures table)", err=True)
     n_flag = int(result.words["flagged"].sum())
     n_fail = int((~result.records["ok"].astype(bool)).sum())
     counts = result.settings.get("assessments", {})
     n_stored = int(sum(counts.get("from_store", {}).values()))
     done(paths, f"{len(result.records):,} outputs ({int(result.records['generated'].sum()):,} generated now, "
                 f"{n_fail:,} failed); {result.n_assessed():,} assessments computed, {n_stored:,} from the store; "
-                f"{n_flag:,} flagged word-property pairs")
+                f"{n_flag:,} flagged word-property pairs"
+                + ("; a demonstration of planted shifts, not a model's bias" if result.planted else ""))
     exit_if_gates_failed(gates)
 
 
@@ -150,6 +172,19 @@ def compare_cmd(
                 f"{int(q['n_flagged_topic_differences'])} topic and {int(q['n_flagged_word_differences'])} word "
                 "differences flagged")
     exit_if_gates_failed(gates)
+
+
+def _planted_line(spec) -> str:
+    """The line that says a run of the built-in editor is a demonstration of the shifts its spec planted."""
+    builtin = [g for g in spec.generators if g["kind"] == "builtin"]
+    if not builtin:
+        return ""
+    shifts = {w for g in builtin for w in (g.get("shifts") or {})}
+    what = (f"the shifts planted in the spec for {len(shifts)} word{'s' if len(shifts) != 1 else ''} "
+            f"({', '.join(sorted(map(str, shifts))[:5])}{', ...' if len(shifts) > 5 else ''})" if shifts
+            else "no planted shift (only its jitter)")
+    return (f"demonstration: the built-in editor ({', '.join(str(g['name']) for g in builtin)}) is not a model; it "
+            f"applies {what}, so its findings show the audit finding planted shifts, not a model's bias")
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
-from fairvision.cli.common import check_outdir, done, exit_if_gates_failed
+from fairvision.cli.common import check_outdir, done, exit_if_gates_failed, progress_bar
 from fairvision.errors import FairvisionError
 from fairvision.audits.settings import AuditSettings
 from fairvision.cli.options import with_settings
@@ -48,8 +48,11 @@ def audit_model_cmd(
         max_k=max_k, settings=settings, test_unit=test_unit, true_col=true_col, pred_col=pred_col,
         conditions=conditions, schema_file=schema_file, missing=missing, multi=multi, title=title,
     )
+    if result.n_left_out:
+        typer.echo(result.coverage.summary_line())
     top = result.top_disparities
-    extra = f"{result.n_samples:,} samples, {len(result.metrics)} metrics, {len(result.intersections)} attribute sets"
+    scored = f" ({result.n_scored:,} scored in full)" if result.n_left_out else ""
+    extra = f"{result.n_samples:,} samples{scored}, {len(result.metrics)} metrics, {len(result.intersections)} attribute sets"
     if len(top):
         lead = top.iloc[0]
         extra += f"; largest disparity D={lead['disparity']:.3f} ({lead['metric']} by {lead['intersection']})"
@@ -64,11 +67,12 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     # lazy: pandas, scipy and the report stack cost about 1.5 s, ten times the CLI's start-up (every command imports this module)
     import pandas as pd
 
-    from fairvision.audits.model import audit_model
+    from fairvision.audits.model import audit_model, check_predicted_classes
     from fairvision.io.scores import join_scores, score_columns
     from fairvision.io.tables import read_table
     from fairvision.io.validate import finite_values
     from fairvision.report import Report
+    from fairvision.report.sections.coverage import coverage_section
     from fairvision.report.sections.model import model_section
     from fairvision.schema import Schema
 
@@ -87,19 +91,28 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     for m in metrics:  # a bad score is reported in the scores file, at its own row
         if m in cdf.columns and m not in sdf.columns:
             finite_values(cdf, m, source=c_src, what="metric")
+    if schema is None:
+        schema = Schema.from_file(schema_file) if schema_file else Schema()
+    if true_col in data.columns and pred_col in cdf.columns and pred_col not in sdf.columns:
+        # an unknown predicted class is reported in the scores file, at its own row
+        check_predicted_classes(cdf, pred_col, data, true_col, schema=schema, source=c_src)
     if subject_col is None:
         subject_col = "subject_id" if "subject_id" in data.columns else None
     elif subject_col not in data.columns:
         raise FairvisionError(f"{s_src}: no subject column {subject_col!r}; columns are {', '.join(map(str, sdf.columns))}")
-    if schema is None:
-        schema = Schema.from_file(schema_file) if schema_file else Schema()
     schema.declare(attributes, multi=multi, missing=missing)
     n_sets = sum(comb(len(attributes), k) for k in range(1, min(max_k, len(attributes)) + 1))
     total = n_sets * max(1, len(metrics)) + (1 if true_col or pred_col else 0)
-    with _progress(total) as advance:
+    with progress_bar("auditing model") as bar:
+        steps = iter(range(1, total + 1))
+
+        def advance(_msg: str) -> None:
+            bar(next(steps, total), total)
+
         result = audit_model(
             data, metrics, [schema[a] for a in attributes], subject_col=subject_col, lower_is_better=lower_is_better,
             max_k=max_k, settings=settings, true_col=true_col, pred_col=pred_col, test_unit=test_unit, progress=advance, source=s_src,
+            schema=schema,
         )
     evaluated = evaluate_conditions(list(conditions), result.quantities()) if conditions else []
     report = Report(
@@ -111,34 +124,10 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
               **gate_meta(evaluated)},
     )
     report.add(model_section(result, conditions=evaluated))
+    if result.n_left_out:
+        report.add(coverage_section(result.coverage, id="model-coverage", title="Samples left out, by group"))
     paths = report.write(output)
     return paths, result, evaluated
-
-
-class _progress:
-    """A rich progress bar on stderr (silent when stderr is not a terminal)."""
-
-    def __init__(self, total: int):
-        self.total = total
-
-    def __enter__(self):
-        # lazy: rich costs about 60 ms, half of the CLI's start-up, and is only needed while an audit runs
-        from rich.console import Console
-        from rich.progress import Progress
-
-        con = Console(stderr=True)
-        if not con.is_terminal:
-            self._p = None
-            return lambda msg: None
-        self._p = Progress(console=con, transient=True)
-        self._p.__enter__()
-        task = self._p.add_task("auditing model", total=self.total)
-        return lambda msg: self._p.update(task, advance=1, description=f"auditing model: {msg}")
-
-    def __exit__(self, *exc):
-        if self._p is not None:
-            self._p.__exit__(*exc)
-        return False
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:

@@ -64,12 +64,19 @@ def with_settings(*names: str, **defaults):
         added = [_PARAM(n, _PARAM.KEYWORD_ONLY, default=option(n, defaults.get(n)), annotation=SHARED_OPTIONS[n][0])
                  for n in names]
 
+        def settings_of(kwargs: dict) -> AuditSettings:
+            """The command's settings from its parsed options (validated: a bad value names its flag)."""
+            shared = {n: kwargs[n] for n in names}
+            return AuditSettings(**{n: v for n, v in defaults.items() if n not in shared}, **shared)
+
         @functools.wraps(command)
         def run(*args, **kwargs):
-            shared = {n: kwargs.pop(n) for n in names}
-            fixed = {n: v for n, v in defaults.items() if n not in shared}
-            kwargs["settings"] = AuditSettings(**fixed, **shared)
-            return command(*args, **kwargs)
+            settings = settings_of(kwargs)
+            for n in names:
+                del kwargs[n]
+            return command(*args, settings=settings, **kwargs)
+
+        run.settings_of = settings_of  # the start-up checks validate the options before the input paths
 
         run.__signature__ = sig.replace(parameters=[p.replace(kind=_PARAM.KEYWORD_ONLY) for p in own] + added)
         run.__annotations__ = {**{p.name: p.annotation for p in own}, **{p.name: p.annotation for p in added}}

@@ -23,7 +23,8 @@ import typer
 from fairvision.audits.gates import describe, evaluate_conditions, gate_meta, parse_condition
 from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
-    NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, image_table, results_store,
+    NO_STORE_OPTION, STORE_OPTION, StageLines, check_outdir, done, exit_if_gates_failed, image_table, progress_bars,
+    results_store,
 )
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
@@ -36,28 +37,41 @@ retrieval_app = typer.Typer(
 _RESULT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
 
 
+class _Stages:
+    """The stages of a command (:func:`progress_bars`): ``stages(description, total)`` returns ``advance(done,
+    total=None)``, which moves the stage's progress bar on a terminal and, off a terminal (a log, CI), writes one
+    line when the stage reaches its total ("embedding faces: 540 of 540 in 412.0 s"); ``stages.note(line)`` adds
+    what a finished stage left out, off a terminal only (on a terminal the command's last lines say it)."""
+
+    def __init__(self, bars):
+        self._bars = bars
+
+    def __call__(self, description: str, total: int | None = None):
+        bars = self._bars
+        if bars is None:
+            return lambda done, tot=None: None
+        if total is not None:
+            bars(description, 0, total)
+        return lambda done, tot=None: bars(description, done, tot if tot is not None else total)
+
+    def note(self, line: str) -> None:
+        if isinstance(self._bars, StageLines):
+            typer.echo(line, err=True)
+
+
 @contextlib.contextmanager
-def _progress(enabled: bool) -> Iterator:
-    """Yield ``task(description, total) -> advance(done, total)`` backed by a rich progress bar on stderr."""
-    if not enabled:
-        yield lambda description, total=None: (lambda done, tot=None: None)
-        return
-    # lazy: rich.progress adds ~60 ms to every fairvision start-up
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _progress(enabled: bool) -> Iterator[_Stages]:
+    """:class:`_Stages` of :func:`progress_bars`: bars on a terminal, lines elsewhere, nothing with ``--no-progress``."""
+    with progress_bars(enabled) as bars:
+        yield _Stages(bars)
 
-    con = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=con, transient=True, disable=not con.is_terminal) as prog:
-        def task(description: str, total: int | None = None):
-            tid = prog.add_task(description, total=total)
 
-            def advance(done: int, tot: int | None = None):
-                prog.update(tid, completed=done, total=tot if tot is not None else total)
+def _without_embedding(status) -> tuple[int, str]:
+    """How many images of an embedding status table have no embedding, and why (``"no face: 108, unreadable: 2"``)."""
+    from fairvision.audits.retrieval import reason_kind  # lazy: pandas (see the module docstring)
 
-            return advance
-
-        yield task
+    failed = status.loc[~status["ok"].astype(bool), "reason"].map(reason_kind).fillna("no embedding")
+    return len(failed), ", ".join(f"{r}: {int(n):,}" for r, n in failed.value_counts().items())
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,7 @@ class _Harness:
     group_col: Optional[str]
 
     def run(self, items_df, task, *, settings: AuditSettings | None = None, store=None):
-        """Run the harness; returns (results, items, embedding status or None)."""
+        """Run the harness; returns (results, items, embedding status or None, the ids of the embedded items)."""
         # lazy: numpy and pandas (see the module docstring)
         import numpy as np
 
@@ -85,11 +99,11 @@ class _Harness:
         else:
             from fairvision.io.embeddings import read_embeddings
 
-            (x, ids), status = read_embeddings(self.embeddings), None
+            (x, ids), status = read_embeddings(self.embeddings, allow_zero=self.metric != "cosine"), None
         groups = self._groups(items_df, ids) if self.group_col else None
         results = knn_search(np.asarray(x), ids, self.k, metric=self.metric, p=self.p, groups=groups,
                              progress=task("nearest neighbours", len(ids)))
-        return results, items_df, status
+        return results, items_df, status, [str(i) for i in ids]
 
     def _embed(self, items_df, task, settings, store):
         """Face descriptors of the photos: ``(vectors, ids, items, status)``."""
@@ -102,8 +116,14 @@ class _Harness:
         items_from_images = read_items(table, name=str(self.embed_images))
         if items_df is None:
             items_df = items_from_images
+        n = len(items_from_images)
+        advance = task("embedding faces", n)
         fe = embed_face_images(items_from_images["image_path"].tolist(), items_from_images["item_id"].tolist(),
-                               settings=settings, store=store, progress=task("embedding faces", len(items_from_images)))
+                               settings=settings, store=store, progress=advance)
+        advance(n, n)  # images read from the results store are not counted by the embedder
+        n_failed, why = _without_embedding(fe.status)
+        if n_failed:
+            task.note(f"embedding faces: {n_failed:,} of {n:,} images without an embedding ({why})")
         if len(fe.ids) < self.k + 1:
             raise FairvisionError(f"{self.embed_images}: only {len(fe.ids)} images with a detectable face; need more "
                                   f"than k = {self.k}")
@@ -142,7 +162,7 @@ def audit_retrieval_cmd(
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr (off a terminal: one line per finished stage)."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_p<0.01', 'min_nrr<0.8', 'n_unfair>0' (repeat for several)."),
     missing: Optional[str] = typer.Option(None, "--missing", help="Items with an empty attribute cell: 'error' (stop, naming the row; the default), 'drop' (leave them out; the default with --measure-skin, where images without a measurable face have no class, as in the paper), 'keep' (a value of its own)."),
     settings: AuditSettings = None,
@@ -175,50 +195,65 @@ def audit_retrieval_cmd(
     harness = _Harness(embed_images, embeddings, limit, k, metric, p, group_col)
     store_ = results_store(store, no_store) if (measure_skin or embed_images is not None) else None
     with _progress(progress) as task:
-        res, items_df, attr, status, extra = _audit_inputs(results, items, attr, measure_skin, harness, task,
-                                                           settings, store_, progress)
+        res, items_df, attr, status, extra, searched = _audit_inputs(results, items, attr, measure_skin, harness,
+                                                                     task, settings, store_)
         cat_df = _read_catalog(catalog, attr)
-        step = task("power analysis", 4)
-        stages = {"parity tests": 1, "power curves": 2, "detectable bias": 3, "catalog size check": 4}
+        if cat_df is None and searched is not None and status is None:  # --embeddings: the catalog searched
+            cat_df = items_df[items_df["item_id"].isin(searched)].reset_index(drop=True)
+        # a stage counts as done when the next one starts: the bar (and the line off a terminal) ends with the work
+        stages = ["parity tests"] + (["power curves", "detectable bias", "catalog size check"] if power_trials else [])
+        label = "parity tests and power analysis" if power_trials else "parity tests"
+        step = task(label, len(stages))
         with warnings.catch_warnings():  # small-count warnings become notes in the report
             warnings.simplefilter("ignore", SmallExpectedCountWarning)
             audit = audit_retrieval(
                 res, items_df, attr, catalog=cat_df, k=k, missing=missing,
                 parity=ParityOptions(continuity=continuity, min_queries=min_queries),
                 power=PowerOptions(trials=power_trials), embedding_status=status,
-                progress=lambda msg: step(stages.get(msg, 0)), settings=settings,
+                progress=lambda msg: step(stages.index(msg) if msg in stages else 0), settings=settings,
             )
+        step(len(stages))
     gates = evaluate_conditions(conditions, audit.quantities()) if conditions else []
     paths = _write_report(audit, outdir, title, attr, k, gates, settings, extra)
     om = audit.parity.omnibus
-    done(paths, f"omnibus chi2({om.df}) = {om.statistic:.4g}, p = {om.pvalue:.3g} "
-                f"({'bias detected' if om.pvalue < settings.alpha else 'no bias detected'} at alpha {settings.alpha:g})")
+    lines = [cov.summary_line() for cov in (audit.coverage, audit.result_coverage) if cov is not None and cov.n_left_out]
+    done(paths, "\n".join([f"omnibus chi2({om.df}) = {om.statistic:.4g}, p = {om.pvalue:.3g} "
+                           f"({'bias detected' if om.pvalue < settings.alpha else 'no bias detected'} at alpha "
+                           f"{settings.alpha:g})", *lines]))
     exit_if_gates_failed(gates)
 
 
-def _audit_inputs(results, items, attr, measure_skin: bool, harness: _Harness, task, settings: AuditSettings, store,
-                  progress: bool):
+def _audit_inputs(results, items, attr, measure_skin: bool, harness: _Harness, task: _Stages, settings: AuditSettings,
+                  store):
     """The ranked results and the item table of the audit, read or made by the harness, with the skin colour
-    measured when asked: ``(results, items, attribute, embedding status, extra report files)``."""
-    from fairvision.audits.retrieval import SKIN_ATTRIBUTE, measure_skin_attribute
+    measured when asked: ``(results, items, attribute, embedding status, extra report files, ids searched by the
+    harness or None)``."""
+    from fairvision.audits.retrieval import SKIN_ATTRIBUTE, SKIN_REASON_COLUMN, measure_skin_attribute
     from fairvision.io.retrieval import read_items, read_results
 
     items_df = read_items(items) if items is not None else None
     if items_df is None and harness.embed_images is None:
         raise FairvisionError(f"{'--results' if results is not None else '--embeddings'} needs --items (the table with the protected attribute)")
-    extra, status = {}, None
+    extra, status, searched = {}, None, None
     if results is not None:
         res = read_results(results)
     else:
-        res, items_df, status = harness.run(items_df, task, settings=settings, store=store)
+        res, items_df, status, searched = harness.run(items_df, task, settings=settings, store=store)
         extra["results.csv"] = res.to_csv(index=False).encode()
     if measure_skin:
-        items_df = measure_skin_attribute(items_df, progress=progress, settings=settings, store=store)
+        n = len(items_df)
+        advance = task("measuring skin colour", n)
+        items_df = measure_skin_attribute(items_df, progress=advance, settings=settings, store=store)
+        advance(n, n)  # images read from the results store may not be counted
+        unmeasured = items_df[SKIN_REASON_COLUMN].dropna().str.removeprefix("skin colour not measured (").str.rstrip(")")
+        if len(unmeasured):
+            task.note(f"measuring skin colour: {len(unmeasured):,} of {n:,} images without a skin colour ("
+                      + ", ".join(f"{r}: {int(c):,}" for r, c in unmeasured.value_counts().items()) + ")")
         attr = attr or SKIN_ATTRIBUTE
-        extra["skin.csv"] = items_df[["item_id", "ita", SKIN_ATTRIBUTE]].to_csv(index=False).encode()
+        extra["skin.csv"] = items_df[["item_id", "ita", SKIN_ATTRIBUTE, SKIN_REASON_COLUMN]].to_csv(index=False).encode()
     if attr not in items_df.columns:
         raise FairvisionError(f"{items_df.attrs.get('source', 'items')}: no column {attr!r}; columns are {', '.join(map(str, items_df.columns))}")
-    return res, items_df, attr, status, extra
+    return res, items_df, attr, status, extra, searched
 
 
 def _read_catalog(catalog: Optional[Path], attr: str):
@@ -230,7 +265,7 @@ def _read_catalog(catalog: Optional[Path], attr: str):
 def _write_report(audit, outdir: Path, title: str, attr: str, k: int, gates: list, settings: AuditSettings, extra: dict):
     """Write report.html, report.json and the tables (and the extra files) of a retrieval audit."""
     from fairvision.report import Report
-    from fairvision.report.sections.retrieval import retrieval_section
+    from fairvision.report.sections.retrieval import left_out_sections, retrieval_section
 
     report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",
                     meta={"command": "audit retrieval", **audit.meta, "attribute": attr, "settings": settings.to_meta(),
@@ -239,6 +274,8 @@ def _write_report(audit, outdir: Path, title: str, attr: str, k: int, gates: lis
     for g in gates:
         section.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
     report.add(section)
+    for extra_section in left_out_sections(audit):
+        report.add(extra_section)
     return report.write(outdir, extra_files=extra or None)
 
 
@@ -267,11 +304,12 @@ def knn_cmd(
     if group_col and items_df is None and embed_images is None:
         raise FairvisionError("--group-col needs --items")
     with _progress(progress) as task:
-        res, _, status = _Harness(embed_images, embeddings, limit, k, metric, p, group_col).run(items_df, task)
+        res, _, status, _ = _Harness(embed_images, embeddings, limit, k, metric, p, group_col).run(items_df, task)
     write_table(res, output)
     msg = f"{res['query_id'].nunique():,} queries x top-{k}"
-    if status is not None:
-        msg += f"; {int((~status['ok']).sum()):,} of {len(status):,} images without a detectable face left out"
+    if status is not None and not status["ok"].astype(bool).all():
+        n_failed, why = _without_embedding(status)
+        msg += f"; {n_failed:,} of {len(status):,} images left out without an embedding ({why})"
     typer.echo(msg)
     typer.echo(f"results: {output.resolve()}")
 

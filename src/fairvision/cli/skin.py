@@ -20,6 +20,13 @@ from fairvision.errors import FairvisionError
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
 
+#: --faces: one default for every command that measures skin (fairvision.skin.batch.DEFAULT_FACES, not imported
+#: here: it brings in the vision stack), so that they share results in the store
+FACES_DEFAULT = "largest"
+_FACES_HELP = ("Faces measured per image: largest (default: a row is one subject, and uniting every face would pool a "
+               "bystander's skin into theirs) or all (unite every face found, e.g. for crowds). The same default as "
+               "'audit dataset --measure-skin', so the two share their results in the store.")
+
 skin_app = typer.Typer(
     help="Measure apparent skin colour (CIELAB L*, hue angle h*, ITA and categories) from images.",
     no_args_is_help=True,
@@ -37,7 +44,7 @@ def measure_cmd(
     mask_method: str = typer.Option("mediapipe", "--mask-method", help="Automatic skin mask: mediapipe (face mesh; default), dlib (BiasPainter's 68 landmarks), colour (YCrCb rule, low trust), auto (mediapipe, then dlib, then colour)."),
     masks: Optional[Path] = typer.Option(None, "--masks", help="Folder of supplied skin masks named <sample_id>.png, <image stem>.png or <image stem>_skin.png (binary, or label maps with --skin-label)."),
     skin_label: Optional[int] = typer.Option(None, "--skin-label", help="Label id of skin in label-map masks (CelebAMask-HQ / FHIBE style)."),
-    faces: str = typer.Option("all", "--faces", help="Which faces to measure: all (default) or largest (face crops with bystanders at the edge)."),
+    faces: str = typer.Option(FACES_DEFAULT, "--faces", help=_FACES_HELP),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     cache: Optional[Path] = CACHE_OPTION,
@@ -52,6 +59,7 @@ def measure_cmd(
     from fairvision.io.tables import write_table
     from fairvision.report.overlays import render_overlay
     from fairvision.skin.batch import MeasureParams, measure_images
+    from fairvision.skin.batch_tables import summary_line
 
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
     params = MeasureParams(method=method, mask_method=mask_method, faces=faces, skin_label=skin_label)
@@ -71,24 +79,20 @@ def measure_cmd(
         raise FairvisionError(f"{source}: no image could be measured ({s['images']:,} tried; first: "
                               f"{Path(str(first['image_path'])).name}: {first['reason']}); nothing was written")
     write_table(df, output)
-    line = (
-        f"{s['images']:,} images: {s['measured']:,} measured, {s['no_face']:,} no face, "
-        f"{s['too_few_pixels']:,} too few skin pixels, {s['failed']:,} failed"
-    )
-    if s["from_cache"]:
-        line += f" ({s['from_cache']:,} from the store)"
-    typer.echo(line)
+    typer.echo(summary_line(s))
     typer.echo(f"table: {output.resolve()}")
     if overlays is not None:
         typer.echo(f"overlays: {overlays.resolve()}")
 
 
 def _load_or_measure(source: Path, method: str, faces: str, settings: AuditSettings, store=None):
-    """A measurement table (with L and hue columns) as is; images, folders and sample tables are measured."""
+    """A measurement table (with L and hue columns) as is; images, folders and sample tables are measured (with
+    a summary line on stderr: measured, from the store, failed)."""
     import pandas as pd  # lazy imports: see the module docstring
 
     from fairvision.io.tables import read_raw_table
     from fairvision.skin.batch import MeasureParams, measure_images
+    from fairvision.skin.batch_tables import summary_line
 
     if not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
@@ -98,7 +102,22 @@ def _load_or_measure(source: Path, method: str, faces: str, settings: AuditSetti
             return df
     df = measure_images(source, params=MeasureParams(method=method, faces=faces), settings=settings, progress=True,
                         store=store)
+    typer.echo(f"{source.name}: {summary_line(df.attrs['summary'])}", err=True)
     return pd.DataFrame(df)
+
+
+def _read_samples(samples: Path, columns, source: Path):
+    """The ``--samples`` table, read before any work; when ``source`` is not a table (images carry no columns), it
+    must have every column asked for (``columns``: ``(option, column)`` pairs, e.g. ``--by``)."""
+    from fairvision.io.tables import read_table  # lazy imports: see the module docstring
+    from fairvision.io.validate import require_columns
+
+    table = read_table(samples)
+    if not (source.is_file() and source.suffix.lower() in _OUTPUT_SUFFIXES):
+        for option, col in columns:
+            if col is not None:
+                require_columns(table, [col], source=str(samples), why=f" for {option}")
+    return table
 
 
 def _write_report(section, output: Path, title: str, meta: dict) -> None:
@@ -114,10 +133,11 @@ def _write_report(section, output: Path, title: str, meta: dict) -> None:
 def report_cmd(
     source: Path = typer.Argument(..., metavar="SKIN_TABLE_OR_IMAGES", help="A table written by 'fairvision skin measure' (or any table with L and hue columns), or images / a folder / a sample table to measure first."),
     output: Path = typer.Option(Path("skin-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
-    by: Optional[str] = typer.Option(None, "--by", help="Attribute column to break the light/dark x red/yellow cells down by."),
+    by: Optional[str] = typer.Option(None, "--by", help="Attribute column to break the light/dark x red/yellow cells down by (of the table, or of --samples)."),
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column: cell CIs then resample people, not images."),
+    samples: Optional[Path] = typer.Option(None, "--samples", metavar="TABLE", help="Sample table (CSV, TSV, Parquet, JSON/JSONL) whose attribute columns are joined to the measurements, matched by image_path or sample_id (a folder's images are named by their file name without suffix): a folder of images carries no attributes for --by."),
     method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
-    faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
+    faces: str = typer.Option(FACES_DEFAULT, "--faces", help="When images are measured first: " + _FACES_HELP),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     settings: AuditSettings = None,
@@ -126,15 +146,27 @@ def report_cmd(
     20-bin histograms of L* and h*, the L* vs h* scatter, and a breakdown by group (--by)."""
     from fairvision.audits.skin import audit_skin_distribution  # lazy imports: see the module docstring
     from fairvision.report.sections.skin import skin_section
+    from fairvision.skin.batch_tables import join_samples
 
     check_outdir(output)
+    wanted = (("--by", by), ("--subject-col", subject_col))
+    table = _read_samples(samples, wanted, source) if samples is not None else None  # before any work
     results = results_store(store, no_store)
     df = _load_or_measure(source, method, faces, settings, results)
-    if by is not None and by not in df.columns:
-        raise FairvisionError(f"{source}: no column {by!r} for --by; columns are {', '.join(map(str, df.columns))}")
+    if table is not None:
+        df = join_samples(df, table, source=str(source), samples_source=str(samples))
+    for option, col in wanted:
+        if col is not None and col not in df.columns:
+            if table is not None:
+                raise FairvisionError(f"{samples}: no column {col!r} for {option} (and {source} has none); columns are "
+                                      f"{', '.join(map(str, table.columns))}")
+            raise FairvisionError(f"{source}: no column {col!r} for {option}; columns are "
+                                  f"{', '.join(map(str, df.columns))}; images carry no attributes: join them with "
+                                  f"--samples TABLE (sample_id or image_path, and a {col!r} column)")
     dist = audit_skin_distribution(df, by=by, subject=subject_col, name=source.stem, settings=settings)
     _write_report(skin_section(dist), output, f"Skin colour: {source.name}",
-                  {"source": str(source), "by": by or "-", "settings": settings.to_meta()})
+                  {"source": str(source), "samples": str(samples) if samples is not None else "-", "by": by or "-",
+                   "settings": settings.to_meta()})
 
 
 # n_boot=2000: the skin audits' own default (fairvision.audits.skin.DEFAULTS), for the subject bootstrap
@@ -145,7 +177,7 @@ def compare_cmd(
     output: Path = typer.Option(Path("skin-comparison"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     names: Optional[str] = typer.Option(None, "--names", help="Names of the two sets, comma-separated (default: the file or folder names)."),
     method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
-    faces: str = typer.Option("all", "--faces", help="Faces measured per image when images are measured first: all or largest."),
+    faces: str = typer.Option(FACES_DEFAULT, "--faces", help="When images are measured first: " + _FACES_HELP),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
     settings: AuditSettings = None,

@@ -99,6 +99,8 @@ def audit_transfer_cmd(
     paths = write_study(result, output, title=title or f"Bias-transfer study: {Path(subsets).name}",
                         meta={"subsets": str(subsets), "predictions": str(predictions),
                               "settings": settings.to_meta(), **gate_meta(evaluated)}, conditions=evaluated)
+    for cov in result.left_out:
+        typer.echo(cov.summary_line())
     q = result.quantities()
     done(paths, f"{len(result.subsets)} models; {int(q['n_significant_pairs'])} significant pairs; "
                 f"{int(q['n_flagged'])} flagged")
@@ -106,12 +108,17 @@ def audit_transfer_cmd(
 
 
 def write_study(result, output: Path, *, title: str, meta: dict, conditions=(), demo: bool = False, extra_files=None):
-    """Write the study report (the design section and the study section)."""
+    """Write the study report (the study section, a coverage section for each step that left something out,
+    and the design section)."""
     from fairvision.report import Report
+    from fairvision.report.sections.coverage import coverage_section
     from fairvision.report.sections.transfer import design_section, study_section
 
     report = Report(title=title, subtitle="fairvision bias-transfer study", meta=meta)
     report.add(study_section(result, conditions=list(conditions), demo=demo))
+    for cov in result.left_out:
+        report.add(coverage_section(cov, id=f"transfer-coverage-{cov.step.replace(' ', '-')}",
+                                    title=f"{cov.unit.capitalize()} left out: {cov.step}"))
     report.add(design_section(result.design))
     return report.write(output, extra_files=extra_files)
 
@@ -132,6 +139,8 @@ def demo_cmd(
 
     with status("fairvision transfer demo") as say:
         demo = run_demo(label=label, limit=limit, settings=settings, progress=say, store=results_store(store, no_store))
+    for cov in demo.result.left_out:
+        typer.echo(cov.summary_line())
     files = demo.files()
     paths = write_study(demo.result, output, title="fairvision demo: bias-transfer study on the FairFace sample",
                         meta={"data": "FairFace sample, CC BY 4.0 (Karkkainen and Joo, WACV 2021)",

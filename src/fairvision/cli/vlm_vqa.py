@@ -105,7 +105,7 @@ def audit_vqa_cmd(
     from fairvision.audits.vlm.vqa_parsing import default_questions_path, default_toxic_words_path, load_questions
     from fairvision.io.tables import read_table
     from fairvision.report import Report
-    from fairvision.report.sections.vlm_vqa import vlm_vqa_section
+    from fairvision.report.sections.vlm_vqa import failed_replies_section, vlm_vqa_section
     from fairvision.stats.versus_rest import count_flagged
     from fairvision.vision.vqa import OpenAIChatVQA, TransformersVQA
 
@@ -139,6 +139,9 @@ def audit_vqa_cmd(
                           "max_k": max_k, "missing": missing, "settings": settings.to_meta(),
                           **gate_meta(evaluated)})
     report.add(vlm_vqa_section(result, conditions=evaluated))
+    failed_section = failed_replies_section(result)
+    if failed_section is not None:
+        report.add(failed_section)
     buf = io.BytesIO()
     result.answers.to_parquet(buf, index=False)
     paths = report.write(output, extra_files={"answers.parquet": buf.getvalue()})
@@ -146,7 +149,7 @@ def audit_vqa_cmd(
                 f"({result.meta['n_called']} asked now); {count_flagged(result.rates)} group differences flagged"
                 + (f"\n{result.meta['n_failed']} failed replies left out of every rate ("
                    + ", ".join(f"{k}: {v}" for k, v in result.meta["failures"].items()) + "); a rerun asks them again"
-                   if result.meta.get("n_failed") else ""))
+                   + f"\n{result.coverage.summary_line()}" if result.meta.get("n_failed") else ""))
     exit_if_gates_failed(evaluated)
 
 

@@ -18,7 +18,8 @@ from fairvision.io.retrieval import ITEM_ID_ALIASES, pick_column
 from fairvision.io.tables import read_raw_table
 
 
-def read_embeddings(source, *, id_col: str | None = None, column: str | None = None) -> tuple[np.ndarray, list[str]]:
+def read_embeddings(source, *, id_col: str | None = None, column: str | None = None,
+                    allow_zero: bool = False) -> tuple[np.ndarray, list[str]]:
     """Read an embedding matrix and its item ids.
 
     Parameters
@@ -29,6 +30,11 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
         ``embeddings`` and optionally ``ids``), or a table (Parquet, CSV, ...)
         with an id column and either one list-valued column (``embedding``,
         ``vector``, or ``column``) or numeric columns, one per dimension.
+    allow_zero : bool
+        Accept rows that are all zeros. By default such a row is an error
+        naming the row and its id: a zero vector has no direction, so it
+        cannot be normalised for cosine similarity (a failed embedding is
+        often written as zeros). Pass True for Euclidean-only uses.
 
     Returns
     -------
@@ -87,6 +93,13 @@ def read_embeddings(source, *, id_col: str | None = None, column: str | None = N
         s = pd.Series(ids)
         i = int(np.flatnonzero(s.duplicated().to_numpy())[0])
         raise InputFileError(f"{label}: row {i + 1}: duplicate id {ids[i]!r}")
+    zero = ~x.any(axis=1)
+    if zero.any() and not allow_zero:
+        i, n = int(np.flatnonzero(zero)[0]), int(zero.sum())
+        more = f" ({n} rows are all zeros)" if n > 1 else ""
+        raise InputFileError(f"{label}: row {i + 1} (id {ids[i]!r}): the embedding is all zeros{more}; a zero vector "
+                             f"has no direction and cannot be normalised for cosine similarity (drop the row or "
+                             f"embed the image again)")
     return x, list(ids)
 
 

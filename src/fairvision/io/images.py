@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fairvision.errors import FairvisionError, InputFileError, ParameterError
+from fairvision.errors import InputFileError, ParameterError
 from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.limits import MAX_PIXELS_ENV, env_max_pixels
 from fairvision.io.webdataset import is_member_ref, parse_ref, read_member
 
 
@@ -36,8 +37,8 @@ from fairvision.io.webdataset import is_member_ref, parse_ref, read_member
 #: decoded as 8-bit RGB, 250 megapixels take 750 MB. Raise it with the environment variable
 #: ``FAIRVISION_MAX_PIXELS`` or the ``max_pixels`` argument of :func:`read_image` / :func:`decode_image`.
 MAX_PIXELS = 250_000_000
-#: The environment variable that overrides :data:`MAX_PIXELS` (a positive whole number of pixels).
-MAX_PIXELS_ENV = "FAIRVISION_MAX_PIXELS"
+# MAX_PIXELS_ENV (imported above) names the environment variable that overrides MAX_PIXELS; it is parsed by
+# fairvision.io.limits.env_max_pixels, without numpy, so that the CLI can check it at start-up.
 
 _PIL_LIMIT_LOCK = threading.Lock()
 
@@ -68,16 +69,8 @@ def max_image_pixels(max_pixels: int | None = None) -> int:
         if isinstance(max_pixels, bool) or not isinstance(max_pixels, (int, np.integer)) or max_pixels < 1:
             raise ParameterError("max_pixels", f"must be a positive whole number of pixels, not {max_pixels!r}")
         return int(max_pixels)
-    raw = os.environ.get(MAX_PIXELS_ENV, "").strip()
-    if not raw:
-        return MAX_PIXELS
-    try:
-        value = float(raw.replace("_", ""))
-    except ValueError:
-        value = float("nan")
-    if not (np.isfinite(value) and value >= 1 and value == int(value)):
-        raise FairvisionError(f"{MAX_PIXELS_ENV}={raw!r}: not a positive whole number of pixels (e.g. 400000000)")
-    return int(value)
+    from_env = env_max_pixels()
+    return MAX_PIXELS if from_env is None else from_env
 
 
 def image_size(data) -> tuple[int, int] | None:

@@ -13,27 +13,23 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from fairvision.errors import ColumnError
+from fairvision.errors import ColumnError, FairvisionError
 from fairvision.io.tables import SAMPLE_ID
-from fairvision.io.validate import finite_values, require_finite
+from fairvision.io.validate import check_unique_ids, empty_cells, finite_values, require_finite
 
 
 def join_scores(samples: pd.DataFrame, scores: pd.DataFrame, *, samples_source: str = "samples",
                 scores_source: str = "scores", key: str = SAMPLE_ID) -> pd.DataFrame:
     """Join a scores table onto a sample table by ``sample_id``, with one-line errors.
 
-    Every sample must have exactly one row of scores; scores for unknown
-    samples are an error too (they usually mean the wrong file). Score columns
-    named like a sample column are dropped (the sample table wins).
+    Every sample must have exactly one row of scores and ids must be unique in
+    both tables (:func:`fairvision.io.validate.check_unique_ids`); scores for
+    unknown samples are an error too (they usually mean the wrong file). Score
+    columns named like a sample column are dropped (the sample table wins).
     """
-    for df, src in ((samples, samples_source), (scores, scores_source)):
-        if key not in df.columns:
-            raise ColumnError(f"{src}: missing column {key!r}; columns are {', '.join(map(str, df.columns))}")
+    check_unique_ids(samples, key, samples_source)
+    check_unique_ids(scores, key, scores_source)
     s_ids = scores[key].astype(str)
-    dup = s_ids.duplicated().to_numpy()
-    if dup.any():
-        row = int(np.flatnonzero(dup)[0])
-        raise ColumnError(f"{scores_source}: row {row + 1}: duplicate {key} {s_ids.iloc[row]!r}")
     ids = samples[key].astype(str)
     missing = ~ids.isin(set(s_ids)).to_numpy()
     if missing.any():
@@ -84,3 +80,45 @@ def class_labels(col: pd.Series) -> np.ndarray:
         whole = np.isfinite(v) & (v == np.round(v))
         return np.array([str(int(x)) if w else str(x) for x, w in zip(v, whole)], dtype=object)
     return np.array([str(int(x)) if isinstance(x, float) and x.is_integer() else str(x) for x in col], dtype=object)
+
+
+def _quoted(values, limit: int = 3) -> str:
+    vals = [repr(v) for v in values]
+    more = len(vals) - limit
+    return ", ".join(vals[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+def require_classes(data: pd.DataFrame, column: str, *, source: str, what: str = "label column",
+                    why: str = "there is nothing to tell apart") -> np.ndarray:
+    """The class labels of ``column`` (:func:`class_labels`, empty cells left out); fewer than two distinct
+    classes is a one-line :class:`~fairvision.errors.FairvisionError` naming the table and column.
+
+    Returns the labels of the rows whose cell is not empty.
+    """
+    if column not in data.columns:
+        raise ColumnError(f"{source}: no {what} {column!r}; columns are {', '.join(map(str, data.columns))}")
+    empty = empty_cells(data[column])
+    labels = class_labels(data[column][~empty])
+    classes = np.unique(labels.astype(str))
+    if classes.size < 2:
+        held = f"one class only ({classes[0]!r} in all {labels.size:,} rows)" if classes.size else "no class at all"
+        raise FairvisionError(f"{source}: {what} {column!r} has {held}: {why}")
+    return labels
+
+
+def check_known_classes(data: pd.DataFrame, column: str, known, *, source: str, of: str, hint: str = "") -> None:
+    """Every non-empty predicted class in ``column`` must be one of the ``known`` class labels (compared as by
+    :func:`class_labels`, so 1, 1.0 and "1" agree); otherwise a one-line :class:`~fairvision.errors.ColumnError`
+    naming the table, the first row, the column and a few of the unknown classes. ``of`` says whose classes
+    ``known`` are (``"the true classes in 'label'"``); ``hint`` ends the message (what to do)."""
+    known = set(class_labels(pd.Series(list(known), dtype=object)).tolist())
+    empty = empty_cells(data[column])
+    labels = class_labels(data[column])
+    bad = ~np.isin(labels.astype(str), np.array(sorted(known), dtype=str)) & ~empty
+    if bad.any():
+        row, n_bad = int(np.flatnonzero(bad)[0]), int(bad.sum())
+        unknown = list(dict.fromkeys(labels[bad].tolist()))
+        raise ColumnError(f"{source}: row {row + 1}: column {column!r} predicts "
+                          f"{'a class' if len(unknown) == 1 else f'{len(unknown)} classes'} not among {of}: "
+                          f"{_quoted(unknown)} ({n_bad:,} row{'s' if n_bad != 1 else ''}; known: "
+                          f"{_quoted(sorted(known), 5)}){'; ' + hint if hint else ''}")

@@ -10,6 +10,7 @@ one-line message that names the file, column or row at fault.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
+from fairvision.io.validate import check_unique_columns
 from fairvision.io.webdataset import parse_ref
 
 SAMPLE_ID = "sample_id"
@@ -49,10 +51,38 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
         ) from None
 
 
+class _Record(dict):
+    """A JSON object that held a key twice (``json`` keeps the last value silently); ``repeated`` names them."""
+
+    repeated: tuple = ()
+
+
+def _object(pairs: list) -> dict:
+    """``object_pairs_hook`` of the JSON readers: a plain dict, or a :class:`_Record` that remembers repeated keys."""
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    keys = [k for k, _ in pairs]
+    rec = _Record(out)
+    rec.repeated = tuple(k for k in out if keys.count(k) > 1)
+    return rec
+
+
+def _check_record_keys(path: Path, records: list, row: str = "record {}") -> None:
+    """A record (one row) with a key twice is a table with two columns of the same name: a one-line error naming
+    the file, the record (``row`` formatted with its 1-based number) and the keys."""
+    for i, rec in enumerate(records, 1):
+        if isinstance(rec, _Record):
+            keys = rec.repeated
+            said = f"key {keys[0]!r} appears" if len(keys) == 1 else f"keys {', '.join(map(repr, keys))} appear"
+            raise ColumnError(f"{path}: {row.format(i)}: {said} more than once (two columns of the same name; "
+                              f"JSON keeps only the last value); give each column its own name")
+
+
 def _read_json(path: Path) -> pd.DataFrame:
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            data = json.load(fh, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except UnicodeDecodeError:
@@ -65,11 +95,16 @@ def _read_json(path: Path) -> pd.DataFrame:
                 break
         else:
             if data and all(isinstance(v, dict) for v in data.values()):
+                if isinstance(data, _Record):
+                    raise ColumnError(f"{path}: sample id {data.repeated[0]!r} appears more than once (JSON keeps "
+                                      f"only the last record)")
+                _check_record_keys(path, list(data.values()))
                 data = [{SAMPLE_ID: k, **v} for k, v in data.items()]
             else:
                 raise InputFileError(f"{path}: expected a list of records or an object with a 'samples' list")
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise InputFileError(f"{path}: expected a JSON list of objects, one per image")
+    _check_record_keys(path, data)
     return pd.DataFrame.from_records(data)
 
 
@@ -80,13 +115,28 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line, object_pairs_hook=_object)
             except json.JSONDecodeError as exc:
                 raise InputFileError(f"{path}: malformed JSON on line {lineno}: {exc.msg}") from None
             if not isinstance(rec, dict):
                 raise InputFileError(f"{path}: line {lineno} is not a JSON object")
+            _check_record_keys(path, [rec], f"line {lineno}")
             records.append(rec)
     return pd.DataFrame.from_records(records)
+
+
+def _csv_header(path: Path, sep: str) -> list[str]:
+    """The column names of a CSV/TSV file as written (pandas renames a repeated ``x`` to ``x.1``)."""
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        return next(csv.reader(fh, delimiter=sep), [])
+
+
+def _parquet_columns(path: Path) -> list[str]:
+    """The column names of a Parquet file's schema, read without its data (pandas refuses repeated names with
+    a message that names neither the file nor the column)."""
+    import pyarrow.parquet as pq  # lazy: pandas imports pyarrow itself only to read Parquet
+
+    return list(pq.read_schema(path).names)
 
 
 def _read_raw(path: Path, fmt: str, text_cols: Sequence[str] = ()) -> pd.DataFrame:
@@ -94,8 +144,12 @@ def _read_raw(path: Path, fmt: str, text_cols: Sequence[str] = ()) -> pd.DataFra
         if fmt in ("csv", "tsv"):
             # identifiers stay text: "001" is not the number 1 (keys of images, embeddings and answers)
             keys = dict.fromkeys([*_ID_ALIASES, SUBJECT_ID, *_PATH_ALIASES, *text_cols], str)
-            return pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", dtype=keys)
+            sep = "\t" if fmt == "tsv" else ","
+            df = pd.read_csv(path, sep=sep, dtype=keys)
+            check_unique_columns(_csv_header(path, sep), source=str(path))
+            return df
         if fmt == "parquet":
+            check_unique_columns(_parquet_columns(path), source=str(path), where="schema")
             return pd.read_parquet(path)
         if fmt == "json":
             return _read_json(path)
@@ -122,6 +176,7 @@ def read_raw_table(path: str | os.PathLike, *, fmt: str | None = None) -> pd.Dat
         raise InputFileError(f"{path}: no such file")
     df = _read_raw(path, detect_format(path, fmt))
     df.columns = [str(c) for c in df.columns]
+    check_unique_columns(df.columns, source=str(path), where="table")
     return df
 
 
@@ -168,6 +223,7 @@ def read_table(
     if df.shape[0] == 0:
         raise InputFileError(f"{path}: the table has no rows")
     df.columns = [str(c) for c in df.columns]
+    check_unique_columns(df.columns, source=str(path), where="table")
 
     def pick(explicit: str | None, aliases: Sequence[str], role: str) -> str | None:
         if explicit is not None:

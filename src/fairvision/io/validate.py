@@ -11,6 +11,8 @@ before any work, so a bad input stops the run at once and nothing is written.
 - :func:`require_variation`: a target that is constant has nothing to explain.
 - :func:`missing_rows`: the one ``--missing error|drop|keep`` rule for empty
   cells in the columns a command uses.
+- :func:`check_unique_columns`: two columns of the same name (pandas would silently rename the second
+  ``x.1``) are an error naming the file and the columns.
 - :func:`check_writable`: an output path that cannot be written is reported
   before the work starts, not after.
 """
@@ -137,3 +139,35 @@ def require_columns(data: pd.DataFrame, columns: Iterable[str], *, source: str, 
     for c in columns:
         if c not in data.columns:
             raise ColumnError(f"{source}: no {what} {c!r}{why}; columns are {', '.join(map(str, data.columns))}")
+
+
+def check_unique_columns(names: Iterable, *, source: str, where: str = "header") -> None:
+    """Every column name appears once.
+
+    ``names`` are the column names as the file holds them (a CSV header before pandas renames a repeated
+    ``x`` to ``x.1``, a Parquet schema). Empty names are ignored (pandas names them ``Unnamed: n``).
+
+    Raises
+    ------
+    ColumnError
+        One line naming ``source`` and each repeated name with its 1-based column positions, e.g.
+        ``"t.csv: column 'age' appears 2 times in the header (columns 2 and 5); give each column its own name"``.
+    """
+    positions: dict[str, list[int]] = {}
+    for i, name in enumerate(names, 1):
+        name = str(name)
+        if name.strip():
+            positions.setdefault(name, []).append(i)
+    repeated = {n: p for n, p in positions.items() if len(p) > 1}
+    if not repeated:
+        return
+
+    def where_(p: list[int]) -> str:
+        return f"columns {', '.join(map(str, p[:-1]))} and {p[-1]}"
+
+    if len(repeated) == 1:
+        (name, p), = repeated.items()
+        said = f"column {name!r} appears {len(p)} times in the {where} ({where_(p)})"
+    else:
+        said = f"columns {', '.join(f'{n!r} ({where_(p)})' for n, p in repeated.items())} appear more than once in the {where}"
+    raise ColumnError(f"{source}: {said}; give each column its own name")

@@ -6,6 +6,7 @@ import base64
 import datetime as _dt
 import io
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,6 +25,18 @@ __all__ = ["REPORT_SCHEMA", "REPORT_SCHEMA_VERSION", "Finding", "Report", "Secti
 
 REPORT_SCHEMA = "https://fairvision.dev/schema/report"
 REPORT_SCHEMA_VERSION = "1.0"
+
+
+def run_meta(meta: Mapping[str, Any]) -> dict:
+    """``meta`` plus what the run used that every report must name, whichever command wrote it: the face finder
+    (``meta["face_finder"]``: name, version, stage order, library versions; docs/METHODS.md §2.5) when this
+    process ran it or handed it to workers. Asked only when :mod:`fairvision.vision.faces` was imported, so a
+    report never imports the face models."""
+    out = dict(meta)
+    finder = sys.modules.get("fairvision.vision.faces")
+    if finder is not None and "face_finder" not in out and finder.face_finder_used():
+        out["face_finder"] = finder.face_finder_meta()
+    return out
 
 
 def frame_to_records(df: pd.DataFrame) -> dict:
@@ -185,7 +198,7 @@ class Report:
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "title": self.title,
             "subtitle": self.subtitle,
-            "meta": to_jsonable(self.meta),
+            "meta": to_jsonable(run_meta(self.meta)),
             "findings": [{"rank": i + 1, **f.to_dict()} for i, f in enumerate(self.findings())],
             "sections": [s.to_dict() for s in self.sections],
         }

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from fairvision.groups import SEP
+from fairvision.report.formatting import snap_noise
 
 __all__ = ["Finding", "SEVERITIES", "rank_findings", "group_text", "pct", "num", "p_text", "ci_text", "count_of", "verb",
            "imbalance_severity", "test_severity", "IMBALANCE_HIGH", "IMBALANCE_MEDIUM", "GAP_LARGE"]
@@ -156,15 +157,16 @@ def verb(n: int, singular: str = "has", plural: str = "have") -> str:
 def pct(share: float, digits: int = 0) -> str:
     """A share in [0, 1] as a percentage: ``pct(0.709) == "71%"``; more digits where rounding would
     show 0% or 100% for a share that is neither."""
-    x = 100 * float(share)
+    x = 100 * float(snap_noise(float(share))) + 0.0  # noise and -0.0 read 0% (docs/METHODS.md §9)
     while digits < 3 and x not in (0.0, 100.0) and round(x, digits) in (0.0, 100.0):
         digits += 1
     return f"{x:.{digits}f}%"
 
 
 def num(v: float, digits: int = 2) -> str:
-    """A number as shown in a sentence: fixed ``digits`` decimals for |v| >= 0.01, else 2 significant digits."""
-    v = float(v)
+    """A number as shown in a sentence: fixed ``digits`` decimals for |v| >= 0.01, else 2 significant digits;
+    floating-point noise (|v| < 1e-12, docs/METHODS.md §9) as 0, never ``4e-17`` or ``-0.00``."""
+    v = float(snap_noise(float(v))) + 0.0  # + 0.0 turns -0.0 into 0.0
     if not math.isfinite(v):
         return "n/a"
     if v != 0 and abs(v) < 0.01:

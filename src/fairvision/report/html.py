@@ -15,7 +15,7 @@ import pandas as pd
 
 from fairvision import __version__
 from fairvision.io.jsonable import to_jsonable
-from fairvision.report.formatting import flat_frame, format_number, slug
+from fairvision.report.formatting import column_scale, flat_frame, format_number, is_pvalue_name, slug
 
 _CSS = """
 :root{--fg:#1d2330;--muted:#5b6473;--line:#d9dee7;--bg:#fff;--accent:#2f5d9e;--warn:#9a5b00;--warnbg:#fff6e5;--find:#7a1f3d;--findbg:#fdeef3;--infobg:#eef4fb}
@@ -27,11 +27,17 @@ section{padding-top:20px;border-bottom:1px solid var(--line);padding-bottom:18px
 .metrics{display:flex;flex-wrap:wrap;gap:10px;margin:10px 0}.metric{border:1px solid var(--line);border-radius:8px;padding:8px 14px;min-width:120px}
 .metric .v{font-size:20px;font-weight:600;font-variant-numeric:tabular-nums}.metric .k{font-size:12px;color:var(--muted)}
 .tablebox{margin:6px 0}.tablewrap{overflow-x:auto;border:1px solid var(--line);border-radius:6px}
+.scrollhint{display:none;margin:2px 0;font-size:12px;color:var(--accent)}.tablebox.wide .scrollhint{display:block}
+.tablebox.wide .tablewrap{background:linear-gradient(to left,#fff 40%,rgba(255,255,255,0)) right center/48px 100% no-repeat local,
+radial-gradient(farthest-side at 100% 50%,rgba(29,35,48,.28),rgba(29,35,48,0)) right center/16px 100% no-repeat scroll #fff}
+.tablebox.wide th:first-child,.tablebox.wide td:first-child{position:sticky;left:0;z-index:1;background:#fff;box-shadow:inset -1px 0 0 var(--line)}
+.tablebox.wide th:first-child{z-index:3;background:#f4f6fa}.tablebox.wide tr.hl td:first-child{background:var(--findbg)}
+.tablebox.wide.scrolled td:first-child,.tablebox.wide.scrolled th:first-child{box-shadow:inset -1px 0 0 var(--line),6px 0 8px -5px rgba(29,35,48,.35)}
 .tablebox.collapsed .tablewrap{max-height:330px;overflow-y:hidden;-webkit-mask-image:linear-gradient(to bottom,#000 70%,transparent);mask-image:linear-gradient(to bottom,#000 70%,transparent)}
 button.toggle{margin:4px 0 0;font:inherit;font-size:13px;color:var(--accent);background:#fff;border:1px solid var(--line);border-radius:5px;padding:2px 10px;cursor:pointer}
-table{border-collapse:collapse;font-size:13px;width:max-content;min-width:100%}th,td{padding:4px 10px;border-bottom:1px solid var(--line);text-align:left;white-space:nowrap}
-th{background:#f4f6fa;position:sticky;top:0;cursor:pointer;user-select:none}th.num,td.num{text-align:right}td.num{font-variant-numeric:tabular-nums}
-tr.hl td{background:var(--findbg);font-weight:600}caption{caption-side:top;text-align:left;color:var(--muted);padding:4px 0;font-size:13px}
+table{border-collapse:collapse;font-size:13px;min-width:100%}th,td{padding:4px 10px;border-bottom:1px solid var(--line);text-align:left;white-space:nowrap}
+th{background:#f4f6fa;position:sticky;top:0;z-index:2;cursor:pointer;user-select:none;white-space:normal;vertical-align:bottom}th.num,td.num{text-align:right}td.num{font-variant-numeric:tabular-nums}
+tr.hl td{background:var(--findbg);font-weight:600}.pb{display:none}.tcap{text-align:left;color:var(--muted);margin:0;padding:4px 0;font-size:13px}
 figure{margin:12px 0}figure svg{max-width:100%;height:auto}figcaption{color:var(--muted);font-size:13px}
 .note{border-radius:6px;padding:8px 12px;margin:8px 0;background:var(--infobg)}.note.warning{background:var(--warnbg);color:var(--warn)}.note.finding{background:var(--findbg);color:var(--find)}
 .more{color:var(--muted);font-size:12px}footer{padding:16px 40px;color:var(--muted);font-size:12px}
@@ -44,7 +50,9 @@ li.high .sev{color:var(--find)}li.medium .sev{color:var(--warn)}li.info .sev{col
 ol.findings-list a{color:var(--fg);text-decoration:none;border-bottom:1px dotted var(--muted)}ol.findings-list a:hover{color:var(--accent)}
 .where{color:var(--muted);font-size:12px;margin-left:auto;padding-left:8px;max-width:230px;text-align:right;flex-shrink:0}
 @media print{nav{display:none}.tablebox.collapsed .tablewrap,.tablewrap{max-height:none;overflow:visible;-webkit-mask-image:none;mask-image:none}
-button.toggle{display:none}th{position:static}table{width:auto;font-size:11px}.layout{display:block;padding:0 12px}}
+button.toggle,.scrollhint{display:none!important}th,.tablebox.wide th:first-child,.tablebox.wide td:first-child{position:static}
+table{width:auto;font-size:11px}.tablebox.wide table{font-size:8px}th,td{padding:2px 5px;white-space:normal}.tablebox.wide th,.tablebox.wide td{padding:1px 3px}.pb{display:inline}
+.layout{display:block;padding:0 12px}}
 """
 
 _JS = """
@@ -58,10 +66,23 @@ document.querySelectorAll('table.sortable th').forEach(function(th){
     rows.forEach(function(r){tbody.appendChild(r)});
   });
 });
+function fvWide(){if(window.matchMedia&&window.matchMedia('print').matches)return;
+document.querySelectorAll('.tablebox').forEach(function(box){
+  var w=box.querySelector('.tablewrap'),hint=box.querySelector('.scrollhint');if(!w)return;
+  var wide=w.scrollWidth>w.clientWidth+1;box.classList.toggle('wide',wide);box.classList.toggle('scrolled',wide&&w.scrollLeft>0);
+  if(!wide||!hint)return;var ths=w.querySelectorAll('thead th'),n=ths.length;if(!n)return;
+  var right=w.getBoundingClientRect().right,left=ths[0].getBoundingClientRect().right,r=0,l=0;
+  for(var i=1;i<n;i++){var b=ths[i].getBoundingClientRect();if(b.right>right+1)r++;else if(b.left<left-1)l++;}
+  var out=[];if(l)out.push('\u2190 '+l+' to the left');if(r)out.push(r+' to the right \u2192');
+  hint.textContent='Wide table: '+(out.length?(l+r)+' of its '+n+' columns are out of view ('+out.join(', ')+'); scroll it sideways'
+    :'scroll it sideways to see all '+n+' columns')+'. The first column stays in place.';
+});}
+document.querySelectorAll('.tablewrap').forEach(function(w){w.addEventListener('scroll',fvWide,{passive:true});});
+window.addEventListener('resize',fvWide);window.addEventListener('load',fvWide);fvWide();
 document.querySelectorAll('.tablebox button.toggle').forEach(function(b){
   b.addEventListener('click',function(){
     var box=b.closest('.tablebox'),c=box.classList.toggle('collapsed');
-    b.setAttribute('aria-expanded',c?'false':'true');b.textContent=c?b.dataset.more:b.dataset.less;
+    b.setAttribute('aria-expanded',c?'false':'true');b.textContent=c?b.dataset.more:b.dataset.less;fvWide();
   });
 });
 """
@@ -74,13 +95,53 @@ def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _cell(v: Any) -> str:
+#: a table whose estimated width (px at 13 px type) exceeds this is marked wide in the HTML itself: a hint says it
+#: scrolls and its first column stays in place; in a browser the script measures the real width and corrects it
+WIDE_PX = 900
+
+
+def _cell(v: Any, scale: float | None = 0.0) -> tuple[str, str]:
+    """The ``<td>`` of one value and its text (noise shown as 0 relative to ``scale``; ``None``: every digit)."""
+    text = format_number(v, scale=scale)
     is_num = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
     if is_num:
         jv = to_jsonable(v)
         data = "" if jv is None else f' data-v="{_esc(jv)}"'
-        return f'<td class="num"{data}>{_esc(format_number(v))}</td>'
-    return f"<td>{_esc(format_number(v))}</td>"
+        return f'<td class="num"{data}>{_esc(text)}</td>', text
+    return f"<td>{_esc(text)}</td>", text
+
+
+#: a break opportunity that only printing uses (a zero-width space, hidden on screen)
+_PRINT_BREAK = '<span class="pb">\u200b</span>'
+
+
+def _header(name: str) -> str:
+    """A column header that may wrap after ``_``, ``.`` or ``/`` where a long name (over 12 characters) splits into
+    parts of 6 or more: ``effective_<wbr>groups_<wbr>ci_high``; on screen short names never wrap. Printed, a
+    header may also wrap after any other ``_``, ``.`` or ``/``, so that wide tables fit the page."""
+    seps = [i + 1 for i, ch in enumerate(name) if ch in "_./" and 0 < i + 1 < len(name)]
+    keep, last = set(), 0
+    if len(name) > 12:
+        for c in seps:
+            if c - last >= 6 and len(name) - c >= 6:
+                keep.add(c)
+                last = c
+    out, start = [], 0
+    for c in seps:
+        out.append(_esc(name[start:c]) + ("<wbr>" if c in keep else _PRINT_BREAK))
+        start = c
+    out.append(_esc(name[start:]))
+    return "".join(out)
+
+
+def _estimated_width(headers: list[str], cells: list[list[str]]) -> float:
+    """Rough width in px of a table at 13 px type: per column, its widest cell or the longest word of its header."""
+    total = 0.0
+    for j, h in enumerate(headers):
+        word = max((len(w) for w in h.replace("_", "_ ").replace(".", ". ").split()), default=0)
+        widest = max((len(row[j]) for row in cells), default=0)
+        total += 7.4 * max(word, widest) + 21
+    return total
 
 
 _NUM_CLASS = ' class="num"'
@@ -122,16 +183,30 @@ def render_table(df: pd.DataFrame, caption: str | None, max_rows: int | None, hi
     shown = flat if max_rows is None else flat.head(max_rows)
     collapse = len(shown) > COLLAPSE_ROWS
     ident = f' id="{_esc(anchor)}"' if anchor else ""
-    parts = [f'<div class="tablebox{" collapsed" if collapse else ""}"{ident}><div class="tablewrap"><table class="sortable">']
-    if caption:
-        parts.append(f"<caption>{_esc(caption)}</caption>")
     numeric = _numeric_columns(shown)
-    parts.append("<thead><tr>" + "".join(f'<th{_NUM_CLASS if isnum else ""} scope="col">{_esc(c)}</th>'
-                                         for c, isnum in zip(flat.columns, numeric)) + "</tr></thead><tbody>")
+    headers = [str(c) for c in flat.columns]
+    # floating-point noise shows as 0 relative to its column's scale; p-values keep every digit (docs/METHODS.md §9)
+    scales = [None if is_pvalue_name(c) else (column_scale(shown[c].to_numpy()) if isnum else 0.0)
+              for c, isnum in zip(headers, numeric)]
     hl = shown[highlight].to_numpy() if highlight and highlight in shown.columns else None
+    rows, texts = [], []
     for i, row in enumerate(shown.itertuples(index=False, name=None)):
+        cells = [_cell(v, sc) for v, sc in zip(row, scales)]
+        texts.append([t for _, t in cells])
         cls = ' class="hl"' if hl is not None and bool(hl[i]) else ""
-        parts.append(f"<tr{cls}>" + "".join(_cell(v) for v in row) + "</tr>")
+        rows.append(f"<tr{cls}>" + "".join(td for td, _ in cells) + "</tr>")
+    wide = len(headers) > 1 and _estimated_width(headers, texts) > WIDE_PX
+    classes = "tablebox" + (" collapsed" if collapse else "") + (" wide" if wide else "")
+    parts = [f'<div class="{classes}"{ident}>']
+    if caption:  # above the scrolling box, so that it stays in view when the table scrolls sideways
+        parts.append(f'<p class="tcap">{_esc(caption)}</p>')
+    parts.append(f'<p class="scrollhint" aria-hidden="true">Wide table ({len(headers)} columns): scroll it sideways '
+                 "\u2192 to see them all. The first column stays in place.</p>")
+    label = f' aria-label="{_esc(caption)}"' if caption else ""
+    parts.append(f'<div class="tablewrap"><table class="sortable"{label}>')
+    parts.append("<thead><tr>" + "".join(f'<th{_NUM_CLASS if isnum else ""} scope="col">{_header(c)}</th>'
+                                         for c, isnum in zip(headers, numeric)) + "</tr></thead><tbody>")
+    parts.extend(rows)
     parts.append("</tbody></table></div>")
     if collapse:
         more, less = f"Show all {len(shown):,} rows", "Show fewer rows"
@@ -164,7 +239,8 @@ def render_block(b: dict, section_id: str = "", seen: set | None = None) -> str:
         return f'<div class="note {b["level"]}" role="note">{_esc(b["text"])}</div>'
     if t == "metrics":
         items = "".join(
-            f'<div class="metric"><div class="v">{_esc(format_number(v))}</div><div class="k">{_esc(k)}</div></div>' for k, v in b["values"].items()
+            f'<div class="metric"><div class="v">{_esc(format_number(v, scale=None if is_pvalue_name(k) else 0.0))}</div>'
+            f'<div class="k">{_esc(k)}</div></div>' for k, v in b["values"].items()
         )
         cap = f"<h3>{_esc(b['caption'])}</h3>" if b.get("caption") else ""
         ident = f' id="{_esc(anchor)}"' if anchor else ""

@@ -6,6 +6,7 @@ which embeds it as inline SVG and closes it.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import matplotlib
@@ -14,8 +15,71 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, PercentFormatter  # noqa: E402
+
+from fairvision.report.formatting import snap_noise  # noqa: E402
 
 PALETTE = ["#2f5d9e", "#d1495b", "#edae49", "#00798c", "#66a182", "#8d6a9f", "#30343f", "#c3834c"]
+#: fewest labelled ticks on a numeric axis (a reader reads values off at least this many)
+MIN_TICKS = 4
+#: spacing of points dodged apart at one x, as a share of the x span (in log units on a log axis)
+DODGE = 0.03
+
+
+def numeric_ticks(axis, integer: bool = False) -> None:
+    """At least :data:`MIN_TICKS` labelled ticks on a numeric axis (an ``ax.xaxis``, ``ax.yaxis`` or a colourbar's
+    long axis); ``integer`` keeps them whole where the range allows (counts)."""
+    axis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=integer, min_n_ticks=MIN_TICKS))
+
+
+def log_ticks(axis, lo: float, hi: float) -> None:
+    """Labelled ticks on a log axis that shows ``lo`` to ``hi``, written as plain numbers (300, not 3×10²): at 1, 2
+    and 5 times each power of ten, or more multiples (1, 2, 3, 5, 7; then 1 to 9) until :data:`MIN_TICKS` of
+    them fall in the range."""
+    subs: tuple[float, ...] = (1.0, 2.0, 5.0)
+    if lo > 0 and hi > lo:
+        decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
+        for cand in ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0), tuple(float(k) for k in range(1, 10))):
+            subs = cand
+            ticks = np.outer(decades, cand).ravel()
+            if np.count_nonzero((ticks >= lo * (1 - 1e-9)) & (ticks <= hi * (1 + 1e-9))) >= MIN_TICKS:
+                break
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def value_text(fmt: str, v: float) -> str:
+    """A cell or bar label: ``fmt.format(v)``, with floating-point noise as 0 and no sign on a label that reads
+    zero (never ``+0.00``, ``-0.00`` or ``4.03e-17``)."""
+    text = fmt.format(float(snap_noise(float(v))))
+    return text.lstrip("+-−") if re.fullmatch(r"[+\-−]?0*[.,]?0*%?", text) else text
+
+
+def dodge_offsets(members: Sequence[bool], room: tuple[float, float], step: float) -> list[float]:
+    """Offsets along x of the points of several series drawn at one x, so that none hides another.
+
+    ``members`` says, for each series with a point at this x, whether it is a line (several points): the first
+    line stays at the true x, the other points go beside it ``step`` apart. They sit on both sides when
+    half of them fit within ``room`` (the distances to the neighbouring x values, left and right), else all on
+    the roomier side.
+    """
+    k = len(members)
+    if k <= 1:
+        return [0.0] * k
+    anchor = members.index(True) if any(members) else None
+    others = k - 1 if anchor is not None else k
+    if anchor is not None:
+        slots = [float(j) for j in range(-(others // 2), others - others // 2 + 1) if j != 0]
+    else:
+        slots = [j - (k - 1) / 2 for j in range(k)]
+    if max(abs(x) for x in slots) * step > 0.6 * min(room):
+        side = 1.0 if room[1] >= room[0] else -1.0
+        slots = [side * (j + (1 if anchor is not None else 0.5)) for j in range(others)]
+    out, it = [], iter(slots)
+    for i in range(k):
+        out.append(0.0 if i == anchor else next(it) * step)
+    return out
 
 
 def tick_labels(index: pd.Index, labelled: bool = False) -> list[str]:
@@ -64,21 +128,30 @@ def bar(values: pd.Series, *, title: str = "", xlabel: str = "", ylabel: str = "
     n = len(values)
     horizontal = n > 12 if horizontal is None else horizontal
     colors = [PALETTE[1] if (highlight is not None and highlight[i]) else PALETTE[0] for i in range(n)]
+    v = values.to_numpy(dtype=float)
+    finite = v[np.isfinite(v)]
+    whole = bool(finite.size) and bool(np.all(finite == np.round(finite)))
     if horizontal:
         fig, ax = plt.subplots(figsize=(7, max(2.2, 0.26 * n + 1)))
-        ax.barh(range(n), values.to_numpy(dtype=float), color=colors)
+        ax.barh(range(n), v, color=colors)
         ax.set_yticks(range(n), labels, fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel(ylabel)
+        numeric_ticks(ax.xaxis, integer=whole)
     else:
         fig, ax = plt.subplots(figsize=(max(4, 0.55 * n + 1.5), 3.4))
-        ax.bar(range(n), values.to_numpy(dtype=float), color=colors)
-        ax.set_xticks(range(n), labels, rotation=45 if n > 5 else 0, ha="right" if n > 5 else "center", fontsize=9)
+        ax.bar(range(n), v, color=colors)
+        ax.set_xticks(range(n), labels, rotation=45 if n > 5 else 0, ha="right" if n > 5 else "center", fontsize=9,
+                      rotation_mode="anchor" if n > 5 else "default")
         ax.set_ylabel(ylabel)
         ax.set_xlabel(xlabel)
+        numeric_ticks(ax.yaxis, integer=whole)
         if annotate and n <= 30:
-            for i, v in enumerate(values.to_numpy(dtype=float)):
-                ax.annotate(f"{v:g}", (i, v), ha="center", va="bottom", fontsize=8)
+            for i, x in enumerate(v):
+                if np.isfinite(x):
+                    ax.annotate(value_text("{:,.4g}", x), (i, x), xytext=(0, 2), textcoords="offset points",
+                                ha="center", va="bottom" if x >= 0 else "top", fontsize=8)
+            ax.margins(y=0.12)  # room for the labels above the tallest bar
     ax.set_title(title, fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
@@ -98,7 +171,7 @@ def heatmap(data: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: s
     """
     values = data.to_numpy(dtype=float)
     nr, nc = values.shape
-    fig, ax = plt.subplots(figsize=(min(14, max(4.5, 0.9 * nc + 3)), min(14, max(2.6, 0.45 * nr + 1.6))))
+    fig, ax = plt.subplots(figsize=(min(14, max(4.5, 0.9 * nc + 3)), min(14, max(3.2, 0.45 * nr + 1.6))))
     finite = values[np.isfinite(values)]
     if center is not None:
         span = np.nanmax(np.abs(finite - center)) if finite.size else 1.0
@@ -122,9 +195,12 @@ def heatmap(data: pd.DataFrame, *, title: str = "", fmt: str = "{:.2f}", cmap: s
                 v = values[i, j]
                 if np.isfinite(v):
                     colour = text_colour(im.cmap(im.norm(v)))
-                    ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=size, color=colour)
-    cb = fig.colorbar(im, ax=ax, shrink=0.8)
-    cb.set_label(cbar_label)
+                    ax.text(j, i, value_text(fmt, v), ha="center", va="center", fontsize=size, color=colour)
+    cb = fig.colorbar(im, ax=ax, shrink=0.9)
+    numeric_ticks(cb.ax.yaxis)
+    if "%" in fmt:  # cells in percent: the scale too
+        cb.ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+    cb.set_label(cbar_label, fontsize=9)
     ax.set_title(title, fontsize=11)
     fig.tight_layout()
     return fig
@@ -156,6 +232,7 @@ def forest(data: pd.DataFrame, *, estimate: str = "estimate", low: str = "ci_low
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
+    numeric_ticks(ax.xaxis)
     ax.set_title(title, fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
@@ -172,8 +249,10 @@ def lines(x: Sequence[float], series: dict[str, Sequence[float]], *, title: str 
         ax.axhline(hline, color="#888", lw=1, ls="--")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    numeric_ticks(ax.xaxis)
+    numeric_ticks(ax.yaxis)
     ax.set_title(title, fontsize=11)
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     return fig
@@ -182,24 +261,52 @@ def lines(x: Sequence[float], series: dict[str, Sequence[float]], *, title: str 
 def ci_series(panels: dict[str, dict[str, pd.DataFrame]], *, x: str = "x", estimate: str = "estimate", low: str = "ci_low",
               high: str = "ci_high", xlabel: str = "", ylabel: str = "", logx: bool = False, title: str = ""):
     """One panel per key of ``panels``, each with named series of points and CI bars (a series with several points is
-    joined by a line), e.g. model bias against training-set size per subset family."""
+    joined by a line), e.g. model bias against training-set size per family.
+
+    Points of several series at one x are dodged apart (:func:`dodge_offsets`: the line stays at the true x,
+    the other points go beside it, :data:`DODGE` of the x span apart), so that no CI bar hides another; the
+    legend sits below each panel, outside the data. Both axes carry at least :data:`MIN_TICKS` labelled ticks.
+    """
     n = max(1, len(panels))
-    fig, axes = plt.subplots(1, n, figsize=(min(14, 4.8 * n + 1), 3.6), squeeze=False)
+    n_series = max((len(v) for v in panels.values()), default=1)
+    rows = -(-n_series // 2)  # legend rows below each panel (two entries a row)
+    fig, axes = plt.subplots(1, n, figsize=(min(14, 4.8 * n + 1), 3.4 + 0.22 * rows), squeeze=False, layout="constrained")
+    fwd = np.log10 if logx else (lambda a: np.asarray(a, dtype=float))
+    inv = (lambda a: 10.0 ** np.asarray(a)) if logx else (lambda a: a)
     for ax, (pname, series) in zip(axes[0], panels.items()):
-        for i, (sname, df) in enumerate(series.items()):
-            df = df.sort_values(x)
-            xs, ys = df[x].to_numpy(dtype=float), df[estimate].to_numpy(dtype=float)
+        frames = {k: df.sort_values(x) for k, df in series.items()}
+        allx = np.concatenate([df[x].to_numpy(dtype=float) for df in frames.values()]) if frames else np.array([])
+        allx = allx[np.isfinite(allx) & ((allx > 0) if logx else True)]
+        ux = np.unique(fwd(allx)) if allx.size else np.array([])
+        span = float(ux[-1] - ux[0]) if ux.size > 1 else (0.3 if logx else max(1.0, abs(float(ux[0])) if ux.size else 1.0))
+        step = DODGE * span
+        shift = {k: np.zeros(len(df)) for k, df in frames.items()}
+        for j, u in enumerate(ux):
+            members = [(k, np.flatnonzero(np.isclose(fwd(df[x].to_numpy(dtype=float)), u))) for k, df in frames.items()]
+            members = [(k, idx[0]) for k, idx in members if idx.size]
+            room = (float(u - ux[j - 1]) if j > 0 else np.inf, float(ux[j + 1] - u) if j + 1 < ux.size else np.inf)
+            offs = dodge_offsets([len(frames[k]) > 1 for k, _ in members], room, step)
+            for (k, idx), o in zip(members, offs):
+                shift[k][idx] = o
+        for i, (sname, df) in enumerate(frames.items()):
+            raw = df[x].to_numpy(dtype=float)
+            xs = inv(fwd(raw) + shift[sname]) if logx else raw + shift[sname]
+            ys = df[estimate].to_numpy(dtype=float)
             err = np.vstack([ys - df[low].to_numpy(dtype=float), df[high].to_numpy(dtype=float) - ys])
-            ax.errorbar(xs, ys, yerr=np.where(np.isfinite(err), np.clip(err, 0, None), 0), marker="o", ms=4, capsize=3,
+            ax.errorbar(xs, ys, yerr=np.where(np.isfinite(err), np.clip(err, 0, None), 0), marker="o", ms=4, capsize=2.5,
                         lw=1.4 if len(df) > 1 else 0, elinewidth=1, color=PALETTE[i % len(PALETTE)], label=str(sname))
         if logx:
             ax.set_xscale("log")
+            log_ticks(ax.xaxis, *ax.get_xlim())
+        else:
+            numeric_ticks(ax.xaxis)
+        numeric_ticks(ax.yaxis)
         ax.set_title(str(pname), fontsize=10)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(2, len(series)),
+                  borderaxespad=0)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     return fig

@@ -60,7 +60,7 @@ from fairvision.vision import dlib_landmarks
 from fairvision.vision.facemesh import get_face_mesh
 from fairvision.vision.model_cache import preload_face_models
 
-__all__ = ["MeasureParams", "measure_images", "params_hash"]
+__all__ = ["DEFAULT_FACES", "MeasureParams", "measure_images", "params_hash"]
 
 #: Bump when a change in this pipeline changes stored results.
 CACHE_VERSION = 2
@@ -72,6 +72,13 @@ COMPACT_PARTS = 64
 SIGNATURE_SOURCES = ("io/images.py", "skin", "vision")
 #: Worker processes when :func:`measure_images` is given no settings.
 DEFAULT_WORKERS = 2
+#: The faces measured per image unless told otherwise, by every command and by :class:`MeasureParams`: the largest
+#: face. A row of a dataset is one subject, labelled as one person; uniting every face found would pool a
+#: bystander's or a poster's skin into that person's colour (66 of the 540 bundled FairFace crops show a second
+#: face at the edge), while an image with one face gets the same answer either way. One default also gives
+#: ``skin measure`` and ``audit dataset --measure-skin`` one results-store key, so neither measures again what
+#: the other measured.
+DEFAULT_FACES = "largest"
 
 # imported once by a fork server, when the pool cannot fork this process directly
 _PRELOAD = ("cv2", "mediapipe.python.solutions.face_mesh", "dlib", "fairvision.skin.measurement", "fairvision.skin.batch")
@@ -91,9 +98,10 @@ class MeasureParams:
         Automatic skin mask (:func:`fairvision.skin.masks.skin_mask`; ``color`` is
         read as ``colour``). ``file`` (supplied masks) is what :func:`measure_images`
         uses when it is given a masks folder.
-    faces : {"all", "largest"}
-        Measure the skin of every face found (default) or only the largest
-        (for face crops where bystanders show at the edge, as in FairFace).
+    faces : {"largest", "all"}
+        Measure only the largest face (:data:`DEFAULT_FACES`: the subject of the row; bystanders at the edge
+        of a crop, as in FairFace, are left out) or unite the skin of every face found (``all``: a crowd, or
+        generated images where every face counts).
     max_faces, min_pixels : int
         Face limit of the landmark masks; fewer mask pixels means "too few skin pixels".
     skin_label : int, optional
@@ -104,7 +112,7 @@ class MeasureParams:
 
     method: str = "thong"
     mask_method: str = "mediapipe"
-    faces: str = "all"
+    faces: str = DEFAULT_FACES
     max_faces: int = 5
     min_pixels: int = 200
     skin_label: int | None = None
@@ -233,8 +241,8 @@ def _measure_one(task: dict) -> dict:
         flags = [f for f in rec.get("flags", "").split(";") if f]
         if mres.n_faces > 1:
             flags.append("multiple_faces")
-        if "detector+dlib" in mres.sources:
-            flags.append("mesh_missed_face")
+        if params["mask_method"] != "dlib" and any(src != "facemesh" for src in mres.sources):
+            flags.append("mesh_missed_face")  # a later stage of the face finder found it (docs/METHODS.md §2.5)
         rec["flags"] = ";".join(dict.fromkeys(flags))
     else:
         flags = ["no_face"] if mres.reason == "no face found" else ["too_few_pixels"]
@@ -350,6 +358,10 @@ def measure_images(
     overlays = Path(overlays_dir) if overlays_dir is not None else None
     if overlays is not None:
         overlays.mkdir(parents=True, exist_ok=True)
+    if params.mask_method in ("mediapipe", "dlib", "auto"):
+        from fairvision.vision.faces import mark_used  # lazy: the finder runs in the workers, or ran for the store
+
+        mark_used()  # the report names the face finder, also when every result comes from the store
     batch = _Batch(df, params.to_dict(), store)
     batch.plan(mask_paths, overlays, overlay)
     batch.run(settings, progress)

@@ -8,10 +8,11 @@ Four sources (docs/METHODS.md §2.1):
     :func:`load_mask`.
 ``mediapipe`` (default)
     The mediapipe face mesh: for every face, the face-oval polygon minus the
-    convex hulls of the eyes, eyebrows and lips. Faces the mesh misses (its
+    convex hulls of the eyes, eyebrows and lips. Faces come from the face
+    finder (:mod:`fairvision.vision.faces`): faces the mesh misses (its
     internal detector fails on profiles, occlusion, bowed heads) get a second
-    chance: the mediapipe face detector finds a box and dlib's 68-landmark
-    predictor fits the BiasPainter polygon in it (``detector_fallback``).
+    chance, the mediapipe face detector's box with dlib's 68 landmarks, then
+    dlib's HOG detector, and the BiasPainter polygon (``detector_fallback``).
 ``dlib``
     dlib's HOG detector and 68 landmarks: the face outline (jaw line and
     eyebrows) with eyes and mouth removed, as BiasPainter does.
@@ -144,10 +145,6 @@ def polygon_mask(shape: tuple[int, int], include, exclude=()) -> np.ndarray:
     return canvas.astype(bool)
 
 
-def _box_of(points: np.ndarray) -> np.ndarray:
-    return np.r_[points.min(axis=0), points.max(axis=0)].astype(np.float32)
-
-
 def _select(faces: list, selection: str) -> list:
     if selection == "largest" and len(faces) > 1:
         areas = [float((b[2] - b[0]) * (b[3] - b[1])) for b, *_ in faces]
@@ -174,30 +171,24 @@ def _finish(shape, faces, method, *, min_pixels, trust="high", faces_sel="all") 
     return res
 
 
-def _mesh_faces(mesh_points: list[np.ndarray]) -> list:
+def _outline_faces(found) -> list:
+    """[(box, outline, holes, source)] of the face finder's faces (:mod:`fairvision.vision.faces`): the mesh's
+    face oval minus eyes, eyebrows and lips; dlib's face outline minus eyes and mouth (BiasPainter)."""
+    from fairvision.vision import dlib_landmarks as dl
     from fairvision.vision.facemesh import regions
 
-    reg = regions()
     faces = []
-    for pts in mesh_points:
-        oval = pts[reg["face_oval"]]
-        box = _box_of(oval)
-        margin = FEATURE_MARGIN * float(box[2] - box[0])
-        holes = [_hull(pts[reg[k]], margin) for k in ("left_eye", "right_eye", "left_eyebrow", "right_eyebrow", "lips")]
-        faces.append((box, np.round(oval).astype(np.int32), holes, "facemesh"))
-    return faces
-
-
-def _dlib_faces(landmark_sets: list[np.ndarray], source: str) -> list:
-    from fairvision.vision import dlib_landmarks as dl
-
-    faces = []
-    for pts in landmark_sets:
-        outline = pts[dl.FACE_OUTLINE]
-        box = _box_of(outline)
-        margin = FEATURE_MARGIN * float(box[2] - box[0])
-        holes = [_hull(pts[dl.RIGHT_EYE], margin), _hull(pts[dl.LEFT_EYE], margin), _hull(pts[dl.MOUTH], margin)]
-        faces.append((box, np.round(outline).astype(np.int32), holes, source))
+    for f in found:
+        pts = f.landmarks
+        margin = FEATURE_MARGIN * float(f.box[2] - f.box[0])
+        if len(pts) == 68:
+            outline = pts[dl.FACE_OUTLINE]
+            holes = [_hull(pts[dl.RIGHT_EYE], margin), _hull(pts[dl.LEFT_EYE], margin), _hull(pts[dl.MOUTH], margin)]
+        else:
+            reg = regions()
+            outline = pts[reg["face_oval"]]
+            holes = [_hull(pts[reg[k]], margin) for k in ("left_eye", "right_eye", "left_eyebrow", "right_eyebrow", "lips")]
+        faces.append((f.box, np.round(outline).astype(np.int32), holes, f.source))
     return faces
 
 
@@ -215,37 +206,30 @@ def mediapipe_mask(
 ) -> MaskResult:
     """Face-mesh skin mask: face oval minus eyes, eyebrows and lips, for every face.
 
-    With ``detector_fallback`` an image where the mesh finds no face is given
-    to the mediapipe face detector (short range, then full range; confidence
-    0.3) and dlib's 68 landmarks are fitted in its best box
-    (``sources == ["detector+dlib"]``).
+    Faces come from the face finder (:func:`fairvision.vision.faces.find_faces`, docs/METHODS.md §2.5). With
+    ``detector_fallback`` an image where the mesh finds no face goes on to the finder's later stages: the
+    mediapipe face detector's best box with dlib's 68 landmarks (``sources == ["detector+dlib"]``), then dlib's
+    HOG detector (``"dlib"``); those faces get the BiasPainter polygon.
     """
-    from fairvision.vision.facemesh import face_landmarks
+    from fairvision.vision.faces import ORDER, find_faces
 
-    found = _mesh_faces(face_landmarks(image_rgb, max_faces=max_faces, min_confidence=min_confidence))
-    if not found and detector_fallback:
-        from fairvision.vision import dlib_landmarks as dl
-        from fairvision.vision.detect import detect_faces
-
-        # only the best box: low-confidence second boxes are mostly hands and backgrounds
-        boxes = [b for b, _ in detect_faces(image_rgb)[:1]]
-        if boxes:
-            try:
-                found = _dlib_faces(dl.landmarks(image_rgb, boxes), "detector+dlib")
-            except (FairvisionError, ImportError) as exc:  # dlib or its model missing
-                return MaskResult(None, "mediapipe", 0, "high", f"no face found by the mesh; second chance unavailable: {exc}")
-    return _finish(image_rgb.shape, found, "mediapipe", min_pixels=min_pixels, faces_sel=faces)
+    stages = ORDER if detector_fallback else ORDER[:1]
+    try:
+        found = find_faces(image_rgb, max_faces=max_faces, min_confidence=min_confidence, stages=stages)
+    except (FairvisionError, ImportError) as exc:  # dlib or its model missing, needed by a later stage
+        return MaskResult(None, "mediapipe", 0, "high", f"no face found by the mesh; second chance unavailable: {exc}")
+    return _finish(image_rgb.shape, _outline_faces(found), "mediapipe", min_pixels=min_pixels, faces_sel=faces)
 
 
 def dlib_mask(
     image_rgb: np.ndarray, *, upsample: int = 1, max_faces: int = 5, faces: str = "all", min_pixels: int = MIN_PIXELS
 ) -> MaskResult:
-    """BiasPainter's mask: dlib 68-landmark face outline with eyes and mouth removed."""
-    from fairvision.vision import dlib_landmarks as dl
+    """BiasPainter's mask: dlib 68-landmark face outline with eyes and mouth removed (the face finder's
+    ``dlib`` stage alone: HOG detector and 68 landmarks)."""
+    from fairvision.vision.faces import find_faces
 
-    boxes = dl.detect(image_rgb, upsample=upsample)[:max_faces]
-    found = _dlib_faces(dl.landmarks(image_rgb, boxes), "dlib") if boxes else []
-    return _finish(image_rgb.shape, found, "dlib", min_pixels=min_pixels, faces_sel=faces)
+    found = find_faces(image_rgb, max_faces=max_faces, upsample=upsample, stages=("dlib",))
+    return _finish(image_rgb.shape, _outline_faces(found), "dlib", min_pixels=min_pixels, faces_sel=faces)
 
 
 def colour_mask(image_rgb: np.ndarray, *, min_pixels: int = MIN_PIXELS) -> MaskResult:

@@ -9,4 +9,4 @@ pixel coordinates of the input image.
 
 from __future__ import annotations
 
-__all__ = ["facemesh", "detect", "dlib_landmarks", "face_descriptor", "age_gender", "model_cache"]
+__all__ = ["faces", "facemesh", "detect", "dlib_landmarks", "face_descriptor", "age_gender", "model_cache"]

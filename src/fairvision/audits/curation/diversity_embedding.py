@@ -44,7 +44,8 @@ EMBEDDERS = ("efficientnet", "dlib-face")
 STAGE = "image_embedding"
 #: bump when a change here changes stored embeddings
 CACHE_VERSION = 1
-SIGNATURE_SOURCES = ("io/images.py", "vision/image_embedder.py", "vision/face_descriptor.py",
+SIGNATURE_SOURCES = ("io/images.py", "vision/image_embedder.py", "vision/face_descriptor.py", "vision/faces.py",
+                     "vision/facemesh.py", "vision/detect.py", "vision/dlib_landmarks.py",
                      "vision/person_mask.py", "vision/image_edits.py", "audits/curation/diversity_embedding.py")
 
 

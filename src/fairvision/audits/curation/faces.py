@@ -25,6 +25,7 @@ from fairvision.io.images import read_image, write_png
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
 from fairvision.io.validate import require_columns
 from fairvision.vision.face_crops import ALIGN_METHODS, align_face, crop_face, ffhq_quad, find_faces
+from fairvision.vision.faces import mark_used
 
 #: Landmark table columns (pixels of the original image; "left"/"right" by image side).
 POINTS = ("left_eye", "right_eye", "left_mouth", "right_mouth")
@@ -121,8 +122,8 @@ def faces_of_image(item: tuple) -> list[dict]:
     rows = []
     for k, f in enumerate(faces):
         idx = f.get("face") if f.get("face") is not None else k
-        row: dict = {SAMPLE_ID: sample_id, "face": int(idx), "model": f.get("model"), "image_width": w,
-                     "image_height": h, "cropped_path": None, "aligned_path": None, "skipped": None}
+        row: dict = {SAMPLE_ID: sample_id, "face": int(idx), "model": f.get("model"), "source": f.get("source"),
+                     "image_width": w, "image_height": h, "cropped_path": None, "aligned_path": None, "skipped": None}
         for p in POINTS:
             v = f.get(p)
             row[f"{p}_x"], row[f"{p}_y"] = (float(v[0]), float(v[1])) if v is not None and _finite(v) else (np.nan, np.nan)
@@ -183,8 +184,9 @@ def derive_face_sets(
         Gets ``cropped/``, ``aligned/`` and ``manifest.csv``; written atomically (a staging folder moved into
         place when everything is done).
     landmarks : pandas.DataFrame, optional
-        Boxes and/or points per face (:func:`given_faces`); images without a row use the built-in models
-        (mediapipe face mesh, else dlib).
+        Boxes and/or points per face (:func:`given_faces`); images without a row use the face finder
+        (:func:`fairvision.vision.faces.find_faces`: face mesh, then mediapipe detector + dlib, then dlib's HOG
+        detector).
     size : int
         Side of the aligned images (512).
     scale : float
@@ -202,7 +204,8 @@ def derive_face_sets(
     -------
     FaceSetsResult
         ``manifest``: one row per face, and one row (``face`` empty, ``skipped`` = ``"no face found"``) per
-        image in which no face was found (``sample_id``, ``face``, ``model``, box, points, ``cropped_path``,
+        image in which no face was found (``sample_id``, ``face``, ``model``, ``source`` (the face finder's
+        stage, empty for given landmarks), box, points, ``cropped_path``,
         crop rectangle, ``aligned_path`` (None when skipped), ``skipped`` (the reason), the affine matrix
         ``m00..m12`` and the eyes' output coordinates); ``failures``: images that could not be read.
     """
@@ -215,6 +218,8 @@ def derive_face_sets(
         raise ParameterError("size", f"must be at least 8, got {size}")
     require_columns(data, (SAMPLE_ID, IMAGE_PATH), source=source)
     given = given_faces(landmarks) if landmarks is not None else {}
+    if any(str(s) not in given for s in data[SAMPLE_ID]):
+        mark_used()  # the workers find faces with the face finder: the report names it
     outdir = Path(outdir)
     with atomic_output_dir(outdir) as stage:
         (stage / "cropped").mkdir()

@@ -191,6 +191,10 @@ def assess_images(paths: list[str], options: dict, *, settings: AuditSettings | 
     settings = settings or DEFAULT_SETTINGS
     paths = list(dict.fromkeys(str(p) for p in paths))
     parts = active_parts(options)
+    if parts:
+        from fairvision.vision.faces import mark_used  # lazy: every part finds faces, maybe in worker processes
+
+        mark_used()  # the report names the face finder
     if store is not None and not isinstance(store, ResultsStore):
         store = ResultsStore(store)
     sample_ids = sample_ids or {}

@@ -20,110 +20,48 @@ editor). Kinds:
 :func:`generate` runs a generator over seeds x prompts x generation seeds,
 writes every output as a PNG under the work folder and appends one record per
 output to ``manifest.jsonl`` (seed, prompt, parameters, content hash, or the
-reason it failed). Outputs already recorded with the same parameters are not
-generated again, so an interrupted run resumes.
+cause and reason it failed, :mod:`~fairvision.audits.generative.failures`), and
+lists the failures in ``failures.csv`` beside it. Outputs already recorded with
+the same parameters are not generated again, so an interrupted run resumes.
 """
 
 from __future__ import annotations
 
-import abc
 import base64
 import hashlib
 import importlib
 import inspect
 import json
-import re
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.generative.base import (  # noqa: F401 - re-exported: the names every generator uses
+    Generator, as_rgb_uint8, file_name, near_duplicates, output_name, params_hash, slug)
+from fairvision.audits.generative.failures import GenerationError, classify, failure_table, plain
+from fairvision.audits.generative.keys import check_keys
 from fairvision.audits.generative.webui import ENDPOINT, MAX_REPLY_BYTES, img2img
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
-from fairvision.engine import content_key, imap
+from fairvision.engine import imap
 from fairvision.errors import FairvisionError
-from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.atomic import atomic_write_bytes, atomic_write_text
 from fairvision.io.images import decode_image, encode_png, read_image
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
 from fairvision.skin.masks import skin_mask
 from fairvision.skin.transect import shift_region_colour
 
 MANIFEST = "manifest.jsonl"
+#: the failed outputs of a generator's last run, beside its manifest
+FAILURES = "failures.csv"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
-RECORD_COLUMNS = ["generator", "seed_id", "topic", "word", "prompt", "seed", "output_path", "ok", "reason",
+RECORD_COLUMNS = ["generator", "seed_id", "topic", "word", "prompt", "seed", "output_path", "ok", "cause", "reason",
                   "sha256", "params_hash", "params", "seconds"]
-
-
-def slug(text: str) -> str:
-    """File-name form of a word: lower case, runs of other characters as ``-`` (``"bus driver"`` -> ``bus-driver``)."""
-    s = re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
-    return s or "x"
-
-
-def file_name(text: str) -> str:
-    """Collision-free file-name form of an exact id: a readable slug plus 8 hex digits of its SHA-256 (docs/METHODS.md §10.1).
-
-    ``"Anna"`` -> ``anna-<hash>`` and ``"anna"`` -> ``anna-<other hash>``: ids that differ only in case or
-    punctuation keep apart. The slug is cut to 40 characters (the hash keeps long ids apart).
-    """
-    text = str(text)
-    return f"{slug(text)[:40].strip('-') or 'x'}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
-
-
-def output_name(seed_id: str, word: str, seed: int) -> str:
-    """Where an output goes under its generator's work folder: ``<file_name(seed_id)>/<file_name(word)>__s<seed>.png``."""
-    return f"{file_name(seed_id)}/{file_name(word)}__s{int(seed)}.png"
-
-
-def near_duplicates(values) -> list[list[str]]:
-    """Groups of distinct ids whose :func:`slug` is the same (they differ only in case or punctuation)."""
-    groups: dict[str, list[str]] = {}
-    for v in dict.fromkeys(map(str, values)):
-        groups.setdefault(slug(v), []).append(v)
-    return [g for g in groups.values() if len(g) > 1]
-
-
-def as_rgb_uint8(image: Any, where: str = "generator output") -> np.ndarray:
-    """An ``(H, W, 3)`` uint8 array from an array (uint8, or float in [0, 1]) or a PIL image."""
-    if hasattr(image, "convert") and hasattr(image, "size"):  # a PIL image
-        image = np.asarray(image.convert("RGB"))
-    arr = np.asarray(image)
-    if arr.ndim != 3 or arr.shape[2] not in (3, 4) or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise FairvisionError(f"{where}: expected an (H, W, 3) RGB image, got shape {arr.shape}")
-    arr = arr[:, :, :3]
-    if arr.dtype == np.uint8:
-        return np.ascontiguousarray(arr)
-    if np.issubdtype(arr.dtype, np.floating):
-        if not np.isfinite(arr).all():
-            raise FairvisionError(f"{where}: the image has non-finite values")
-        return np.clip(np.rint(arr * 255.0), 0, 255).astype(np.uint8)
-    raise FairvisionError(f"{where}: unsupported image dtype {arr.dtype}")
-
-
-def params_hash(params: dict) -> str:
-    """Short content key of generator parameters (:func:`fairvision.engine.content_key`)."""
-    return content_key(params)[:16]
-
-
-class Generator(abc.ABC):
-    """Base class: a named image editor with recorded parameters."""
-
-    kind = "base"
-
-    def __init__(self, name: str, params: dict | None = None):
-        self.name = name
-        self.params = dict(params or {})
-
-    def item_params(self, word: str) -> dict:
-        """Parameters that determine the output for ``word`` (recorded and hashed; a change regenerates)."""
-        return {"kind": self.kind, **self.params}
-
-    @abc.abstractmethod
-    def edit(self, image: np.ndarray, prompt: str, seed: int, **info) -> np.ndarray:
-        """The edited image (uint8 RGB) for ``prompt``, deterministic given ``seed``."""
+#: keys of every generator table in a spec, whatever its kind
+COMMON_KEYS = ("kind", "name", "seeds", "workers")
 
 
 class ColourEditor(Generator):
@@ -151,8 +89,9 @@ class ColourEditor(Generator):
                  mask_method: str = "mediapipe"):
         shifts = dict(shifts or {})
         for w, s in shifts.items():
-            if not isinstance(s, dict) or not set(s) <= {"L", "h"}:
+            if not isinstance(s, dict):
                 raise FairvisionError(f"builtin editor: shift of {w!r} must be a table like {{ L = -5.0, h = 3.0 }}")
+            check_keys(s, ("L", "h"), f"builtin editor: shift of {w!r}")
         super().__init__(name, {"noise_L": float(noise_L), "noise_h": float(noise_h), "mask_method": mask_method})
         self.shifts = {w: {k: float(v) for k, v in s.items()} for w, s in shifts.items()}
 
@@ -173,7 +112,7 @@ class ColourEditor(Generator):
             return img.copy()
         res = skin_mask(img, method=self.params["mask_method"])
         if res.mask is None:
-            raise FairvisionError(f"no skin mask to edit ({res.reason or 'no face'})")
+            raise GenerationError("no face to edit", f"no skin mask to edit ({res.reason or 'no face'})")
         out = img
         if d_l:
             out = shift_region_colour(out, res.mask, axis="L", delta=d_l).image
@@ -241,7 +180,7 @@ class FolderGenerator(Generator):
     def edit(self, image, prompt, seed, *, seed_id: str = "", word: str = "", topic: str = "", **info):
         p = self.locate(seed_id, word, topic, seed)
         if not p.is_file():
-            raise FairvisionError(f"no pre-generated output {p}")
+            raise GenerationError("output missing", f"no pre-generated output {p}")
         return read_image(p)
 
 
@@ -404,13 +343,38 @@ class DiffusersGenerator(Generator):
         return as_rgb_uint8(np.asarray(out.images[0], dtype=np.float32))
 
 
+KINDS = {"builtin": ColourEditor, "folder": FolderGenerator, "callable": CallableGenerator, "http": HTTPGenerator,
+         "diffusers": DiffusersGenerator}
+
+
+def generator_keys(kind: str) -> tuple[str, ...]:
+    """The keys a generator table of ``kind`` may have: :data:`COMMON_KEYS` and its class's keyword arguments."""
+    params = inspect.signature(KINDS[kind].__init__).parameters
+    return COMMON_KEYS + tuple(p for p in params if p not in ("self", "name"))
+
+
+def check_generator_keys(config: dict, where: str) -> None:
+    """A one-line error for an unknown key (with a did-you-mean) or a missing required key of a generator table."""
+    kind = config.get("kind", "builtin")
+    if kind not in KINDS:
+        raise FairvisionError(f"{where}: unknown kind {kind!r}; choose one of {', '.join(KINDS)}")
+    check_keys(config, generator_keys(kind), f"{where} ({kind})")
+    params = inspect.signature(KINDS[kind].__init__).parameters
+    missing = [p for p, v in params.items() if p not in ("self", "name") and v.default is inspect.Parameter.empty
+               and p not in config]
+    if missing:
+        raise FairvisionError(f"{where} ({kind}): needs the key {missing[0]!r}")
+
+
 def make_generator(config: dict, base: Path | None = None) -> Generator:
-    """A generator from its spec table (``kind`` and the kind's keys)."""
+    """A generator from its spec table (``kind`` and the kind's keys; an unknown key is an error with a
+    did-you-mean, docs/METHODS.md §10.1)."""
     cfg = dict(config)
-    kind = cfg.pop("kind", "builtin")
-    name = cfg.pop("name", kind)
-    cfg.pop("seeds", None)
-    cfg.pop("workers", None)
+    kind = cfg.get("kind", "builtin")
+    name = cfg.get("name", kind)
+    check_generator_keys(cfg, f"generator {name!r}")
+    for key in COMMON_KEYS:
+        cfg.pop(key, None)
     try:
         if kind == "builtin":
             return ColourEditor(name, **cfg)
@@ -428,8 +392,8 @@ def make_generator(config: dict, base: Path | None = None) -> Generator:
             if base is not None and not p.is_absolute():
                 p = base / p
             return DiffusersGenerator(name, path=p, **cfg)
-    except TypeError as exc:  # unknown or missing keys of a kind
-        raise FairvisionError(f"generator {name!r} ({kind}): {exc}") from None
+    except TypeError as exc:  # a value of the wrong type where the class needs another
+        raise FairvisionError(f"generator {name!r} ({kind}): {plain(exc)}") from None
     raise FairvisionError(f"unknown generator kind {kind!r}")
 
 
@@ -449,14 +413,18 @@ def _generate_one(item: dict) -> dict:
     rec["generator"] = gen.name
     t0 = time.perf_counter()
     try:
-        img = read_image(item["image_path"])
+        try:
+            img = read_image(item["image_path"])
+        except FairvisionError as exc:
+            raise GenerationError("seed image unreadable", str(exc)) from None
         out = as_rgb_uint8(gen.edit(img, item["prompt"], item["seed"], seed_id=item["seed_id"], word=item["word"],
                                     topic=item["topic"]))
         data = encode_png(out)
         atomic_write_bytes(Path(item["root"]) / item["output_path"], data)
-        rec.update(ok=True, reason="", sha256=hashlib.sha256(data).hexdigest())
+        rec.update(ok=True, cause="", reason="", sha256=hashlib.sha256(data).hexdigest())
     except Exception as exc:  # a generator failing for one prompt is a recorded outcome, the run goes on
-        rec.update(ok=False, reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}", sha256="")
+        cause, reason = classify(exc)
+        rec.update(ok=False, cause=cause, reason=reason, sha256="")
     rec["seconds"] = round(time.perf_counter() - t0, 4)
     return rec
 
@@ -518,9 +486,13 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     -------
     DataFrame
         One record per requested output (:data:`RECORD_COLUMNS` plus
-        ``generated``: False when it was already there): ``ok``, ``reason``
-        (why it failed), ``sha256`` of the PNG, ``params`` (JSON) and
-        ``params_hash``.
+        ``generated``: False when it was already there): ``ok``, ``cause``
+        and ``reason`` (why it failed, in plain words:
+        :func:`~fairvision.audits.generative.failures.classify`), ``sha256``
+        of the PNG, ``params`` (JSON) and ``params_hash``. The failed ones
+        are also written to ``workdir/<generator>/failures.csv``
+        (:func:`~fairvision.audits.generative.failures.failure_table`;
+        removed when none failed).
     """
     settings = settings or DEFAULT_SETTINGS
     gen = make_generator(config, base)  # validates the config here, before any work
@@ -567,7 +539,8 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
                     it = todo[oc.index]
                     rec = {k: it[k] for k in ("seed_id", "topic", "word", "prompt", "seed", "output_path",
                                               "params_hash", "params")}
-                    rec.update(generator=gen.name, ok=False, reason=str(oc.failure), sha256="", seconds=0.0)
+                    rec.update(generator=gen.name, ok=False, cause="worker crashed", reason=plain(str(oc.failure)),
+                               sha256="", seconds=0.0)
                 fh.write(json.dumps(rec, default=str) + "\n")
                 fh.flush()
                 new.append({**rec, "generated": True})
@@ -576,4 +549,16 @@ def generate(seeds: pd.DataFrame, prompts: pd.DataFrame, config: dict, workdir: 
     out = pd.DataFrame(kept + new, columns=RECORD_COLUMNS + ["generated"])
     out["generator"] = gen.name
     out["output_path"] = [str(root / p) for p in out["output_path"]]
+    out["cause"] = out["cause"].where(~out["ok"].astype(bool), "").fillna("generator error")
+    write_failures(out, root / FAILURES)
     return out
+
+
+def write_failures(records: pd.DataFrame, path: Path) -> Path | None:
+    """Write the failures table of ``records`` to ``path`` (CSV), or remove a stale one when none failed."""
+    table = failure_table(records)
+    if table.empty:
+        path.unlink(missing_ok=True)
+        return None
+    atomic_write_text(path, table.to_csv(index=False))
+    return path

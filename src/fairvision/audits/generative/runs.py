@@ -1,7 +1,8 @@
 """Generative run folders: what a finished generative audit keeps for later comparison (docs/METHODS.md §10.4).
 
 ``fairvision audit generative -o DIR`` writes, beside its report, the per-pair changes
-(``generative/pairs.parquet``) and the design and score settings (``generative/design.json``):
+(``generative/pairs.parquet``), the design and score settings (``generative/design.json``) and every failed
+generation with its cause and reason (``generative/failures.csv``):
 :func:`run_files` makes them, :func:`load_run` reads a run folder back as a :class:`GenerativeRun`, the input of
 :func:`fairvision.audits.generative.compare.compare_generative`.
 """
@@ -18,14 +19,17 @@ import pandas as pd
 
 from fairvision import __version__
 from fairvision.audits.generative.audit import PROPERTY_TESTS, GenerativeResult
+from fairvision.audits.generative.failures import failure_table
 from fairvision.errors import ColumnError, InputFileError
 from fairvision.io.jsonable import to_jsonable
 
-__all__ = ["DESIGN_FILE", "GenerativeRun", "PAIRS_FILE", "load_run", "run_files"]
+__all__ = ["DESIGN_FILE", "FAILURES_FILE", "GenerativeRun", "PAIRS_FILE", "load_run", "run_files"]
 
 #: the per-pair changes and the design a generative run folder carries for later comparison
 PAIRS_FILE = "generative/pairs.parquet"
 DESIGN_FILE = "generative/design.json"
+#: every failed generation of the run (cause and reason), written even when empty so it is never stale
+FAILURES_FILE = "generative/failures.csv"
 #: columns of the saved pair table (the properties are those that were assessed)
 PAIR_KEYS = ["generator", "seed_id", "topic", "word"]
 PAIR_EXTRA = ["prompt", "seed", "ok", "face_lost"]
@@ -63,7 +67,9 @@ def run_files(result: GenerativeResult | GenerativeRun) -> dict[str, bytes]:
 
     ``generative/pairs.parquet``: the per-pair changes (keys, prompt,
     generation seed, ``ok``, ``face_lost`` and every property);
-    ``generative/design.json``: the spec name, generators and score settings.
+    ``generative/design.json``: the spec name, generators and score settings;
+    ``generative/failures.csv`` (a :class:`GenerativeResult` only): every failed
+    generation with its cause and plain reason (only a header when none failed).
     Pass them to :meth:`fairvision.report.Report.write` as ``extra_files``.
     """
     p = result.pairs
@@ -84,7 +90,10 @@ def run_files(result: GenerativeResult | GenerativeRun) -> dict[str, bytes]:
     keep = ("alpha", "level", "n_boot", "correction", "min_effect", "n_seeds", "n_words", "topics")
     design = {"fairvision": __version__, "name": result.name, "generators": list(map(str, result.generators)),
               "settings": {k: result.settings[k] for k in keep if k in result.settings}}
-    return {PAIRS_FILE: buf.getvalue(), DESIGN_FILE: json.dumps(to_jsonable(design), indent=1).encode("utf-8")}
+    files = {PAIRS_FILE: buf.getvalue(), DESIGN_FILE: json.dumps(to_jsonable(design), indent=1).encode("utf-8")}
+    if isinstance(result, GenerativeResult):
+        files[FAILURES_FILE] = failure_table(result.records).to_csv(index=False).encode("utf-8")
+    return files
 
 
 def load_run(folder: str | os.PathLike) -> GenerativeRun:

@@ -4,18 +4,23 @@ A spec names the seed photos (a sample table with ``image_path`` and any known
 attributes, a folder, or the bundled CC0 portraits), the neutral prompt words by
 topic and their template, one or more generators, the assessors, the
 thresholds and the score settings. Relative paths are resolved against the
-spec file's folder. :func:`starter_spec` is the commented spec that
-``fairvision audit generative init`` writes; it runs as is.
+spec file's folder. A spec may also be a JSON file of the same tables. A key that
+no table of its kind has (a misspelling) is an error naming the file, the table and
+the key, with the closest known key (:mod:`~fairvision.audits.generative.keys`).
+:func:`starter_spec` is the commented spec that ``fairvision audit generative
+init`` writes; it runs as is.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from fairvision.audits.generative.generators import slug
+from fairvision.audits.generative.generators import check_generator_keys, slug
+from fairvision.audits.generative.keys import check_keys
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.datasets import demo_path, from_folder, load_portraits
 from fairvision.errors import FairvisionError, InputFileError, ParameterError
@@ -27,6 +32,12 @@ WORDS_FILE = "generative/words.toml"
 TOPICS = ("professions", "activities", "objects", "personality_traits")
 GENERATOR_KINDS = ("builtin", "folder", "callable", "http", "diffusers")
 PROPERTIES = ("skin_L", "skin_hue", "skin_ita", "skin_gray", "age", "gender", "identity")
+#: the keys of the spec's top level and of its tables with a fixed set of keys (see also ``DEFAULTS``)
+TOP_KEYS = ("name", "workdir", "seeds", "prompts", "generator", "generators", "assessors", "thresholds", "min_effect",
+            "scores")
+SEEDS_KEYS = ("table", "image_column", "id_column", "gender", "age", "limit")
+PROMPTS_KEYS = ("words", "topics", "limit_per_topic", "template", "templates", "extra")
+WORDS_FILE_KEYS = ("words", "templates")
 
 #: defaults of every optional setting (docs/METHODS.md §10)
 DEFAULTS = {
@@ -91,6 +102,7 @@ def read_words(path: str | Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Words by topic (``[words]``) and templates by topic (``[templates]``) from a TOML file."""
     path = Path(path)
     doc = read_toml(path, what="word list")
+    check_keys(doc, WORDS_FILE_KEYS, f"{path}")
     words = doc.get("words")
     if not isinstance(words, dict) or not words:
         raise InputFileError(f"{path}: needs a [words] table of topic = [word, ...]")
@@ -104,11 +116,29 @@ def _err(path: Path, key: str, msg: str) -> FairvisionError:
     return FairvisionError(f"{path}: [{key}] {msg}")
 
 
-def _table(doc: dict, key: str, path: Path) -> dict:
+def _table(doc: dict, key: str, path: Path, known=None) -> dict:
     v = doc.get(key, {})
     if not isinstance(v, dict):
         raise _err(path, key, "must be a table")
+    if known is not None:
+        check_keys(v, known, f"{path}: [{key}]")
     return v
+
+
+def read_document(path: Path) -> dict:
+    """The spec's tables: a TOML file, or a JSON object when the name ends in ``.json``."""
+    if path.suffix.lower() != ".json":
+        return read_toml(path, what="spec file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise InputFileError(f"{path}: no such spec file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputFileError(f"{path}: not valid JSON: {getattr(exc, 'msg', exc)} "
+                             f"(line {getattr(exc, 'lineno', '?')})") from None
+    if not isinstance(doc, dict):
+        raise InputFileError(f"{path}: a JSON spec must be an object of tables")
+    return doc
 
 
 def _resolve(base: Path, p: str) -> Path:
@@ -186,9 +216,12 @@ def _read_prompts(sec: dict, base: Path, path: Path) -> pd.DataFrame:
 def _read_generators(doc: dict, path: Path) -> list[dict]:
     if "generator" in doc and "generators" in doc:
         raise FairvisionError(f"{path}: give [generator] or [[generators]], not both")
+    many = "generators" in doc
     gens = doc.get("generators", [doc.get("generator", {"kind": "builtin"})])
     if isinstance(gens, dict):
         gens = [gens]
+    if not isinstance(gens, list):
+        raise _err(path, "generators", "must be a list of tables ([[generators]])")
     out, names = [], set()
     for i, g in enumerate(gens):
         if not isinstance(g, dict):
@@ -197,6 +230,12 @@ def _read_generators(doc: dict, path: Path) -> list[dict]:
         kind = g.setdefault("kind", "builtin")
         if kind not in GENERATOR_KINDS:
             raise _err(path, "generator", f"unknown kind {kind!r}; choose one of {', '.join(GENERATOR_KINDS)}")
+        where = f"{path}: [[generators]] number {i + 1}" if many else f"{path}: [generator]"
+        check_generator_keys(g, where)
+        if kind == "builtin" and isinstance(g.get("shifts"), dict):
+            for word, shift in g["shifts"].items():
+                if isinstance(shift, dict):
+                    check_keys(shift, ("L", "h"), f"{where}, shift of {word!r}")
         g.setdefault("name", kind if len(gens) == 1 else f"{kind}-{i + 1}")
         if g["name"] in names:
             raise _err(path, "generator", f"two generators are named {g['name']!r}")
@@ -217,15 +256,17 @@ def _read_generators(doc: dict, path: Path) -> list[dict]:
 def load_spec(path: str | Path) -> GenerativeSpec:
     """Read and validate a spec file; every error names the file and the table."""
     path = Path(path)
-    doc = read_toml(path, what="spec file")
+    doc = read_document(path)
+    check_keys(doc, TOP_KEYS, f"{path}: top level")
     base = path.resolve().parent
-    assessors = {**DEFAULTS["assessors"], **_table(doc, "assessors", path)}
-    thresholds = {**DEFAULTS["thresholds"], **_table(doc, "thresholds", path)}
+    assessors = {**DEFAULTS["assessors"], **_table(doc, "assessors", path, DEFAULTS["assessors"])}
+    thresholds = {**DEFAULTS["thresholds"], **_table(doc, "thresholds", path, PROPERTIES)}
     for k, v in thresholds.items():
         if not isinstance(v, list) or not all(isinstance(x, (int, float)) and x > 0 for x in v):
             raise _err(path, "thresholds", f"{k} must be a list of positive numbers")
-    min_effect = {**DEFAULTS["min_effect"], **_table(doc, "min_effect", path)}
-    scores = {**DEFAULTS["scores"], **_table(doc, "scores", path)}
+    min_effect = {**DEFAULTS["min_effect"], **_table(doc, "min_effect", path, PROPERTIES)}
+    scores = {**DEFAULTS["scores"], **_table(doc, "scores", path, DEFAULTS["scores"])}
+    generators = _read_generators(doc, path)
     try:
         settings = AuditSettings(correction=scores["correction"], alpha=float(scores["alpha"]),
                                  n_boot=int(scores["n_boot"]), level=float(scores["level"]), seed=int(scores["seed"]))
@@ -233,9 +274,9 @@ def load_spec(path: str | Path) -> GenerativeSpec:
         raise _err(path, "scores", str(exc)) from None
     return GenerativeSpec(
         path=path, name=str(doc.get("name", path.stem)), workdir=_resolve(base, str(doc.get("workdir", "work"))),
-        seeds=_read_seeds(_table(doc, "seeds", path), base, path),
-        prompts=_read_prompts(_table(doc, "prompts", path), base, path),
-        generators=_read_generators(doc, path), assessors=assessors, thresholds=thresholds,
+        seeds=_read_seeds(_table(doc, "seeds", path, SEEDS_KEYS), base, path),
+        prompts=_read_prompts(_table(doc, "prompts", path, PROMPTS_KEYS), base, path),
+        generators=generators, assessors=assessors, thresholds=thresholds,
         min_effect=min_effect, scores=scores, raw=doc, settings=settings,
     )
 
@@ -267,6 +308,8 @@ limit_per_topic = 8           # first N words of each topic (0 = all 263)
 
 [generator]
 kind = "builtin"              # builtin (colorimetric editor, no model) | folder | callable | http | diffusers
+                              # builtin is a demonstration: it applies the shifts planted below, and its report
+                              # and terminal output say so (its findings are not a model's bias)
 seeds = [0]                   # generation seeds per (seed photo, prompt)
 noise_L = 0.5                 # builtin: random L* jitter (sd) per output, like a real model's variation
 # Builtin editor: shift skin lightness L* (negative = darker) or hue h* (degrees) for chosen words.

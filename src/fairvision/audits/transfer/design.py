@@ -225,6 +225,11 @@ def design_subsets(
     keep = np.all(np.stack(codes) >= 0, axis=0)
     if not keep.any():
         raise FairvisionError(f"{source}: no row has a {label!r} and every attribute")
+    classes = np.unique(codes[0][keep])
+    if classes.size < 2:
+        raise FairvisionError(f"{source}: label column {fixed[label].source!r} has one class only "
+                              f"({fixed[label].categories[classes[0]]!r} in all {int(keep.sum()):,} rows used): a model "
+                              "trained to predict it has nothing to learn (was the label column chosen right?)")
     radix = [len(fixed[n].categories) for n in [label, *attributes]]
     joint = np.ravel_multi_index(tuple(c[keep] for c in codes), radix)
     rng = np.random.default_rng(seed)
@@ -258,6 +263,7 @@ def design_subsets(
     table = data.reset_index(drop=True)
     subsets = {name: table.iloc[pool_rows[rows]].reset_index(drop=True) for name, rows in drawn.picked.items()}
     test = table.iloc[test_rows].reset_index(drop=True)
+    test.attrs["source"] = f"test set of {source}"
     design = SubsetDesign(label, attributes, fixed, subject_col, int(seed), float(test_fraction), test, subsets,
                           pd.DataFrame(drawn.catalog), notes=drawn.notes, n_pool=int(len(pool_rows)))
     return with_metrics(design)

@@ -20,13 +20,14 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from fairvision.io.validate import require_columns
+from fairvision.audits.coverage import Coverage, audit_coverage
 from fairvision.audits.settings import AuditSettings, SettingsView
 from fairvision.audits.transfer.design import SubsetDesign
 from fairvision.errors import ColumnError, FairvisionError, InputFileError
 from fairvision.groups import memberships, subject_codes
-from fairvision.io.scores import class_labels
+from fairvision.io.scores import check_known_classes, class_labels, require_classes
 from fairvision.io.tables import SAMPLE_ID, read_table
+from fairvision.io.validate import check_unique_ids, empty_cells, require_columns
 from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.multiclass import disparity_replicates
 from fairvision.stats.paired import paired_difference_test
@@ -70,6 +71,10 @@ class TransferStudyResult(SettingsView):
         Test subjects per attribute group, and whether the group entered OD.
     settings : AuditSettings
         The options of the study (``n_boot``, ``level``, ``seed``, ``correction``, ``alpha``, ``min_subjects``).
+    coverage : list of Coverage
+        What the study left out, each with its reasons and its test by group (docs/METHODS.md §9.3): first the
+        subsets without predictions (unit ``"subsets"``, tested by subset family); the demo adds its photos
+        without a face.
     """
 
     design: SubsetDesign
@@ -86,6 +91,12 @@ class TransferStudyResult(SettingsView):
     untrained: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    coverage: list[Coverage] = field(default_factory=list)
+
+    @property
+    def left_out(self) -> list[Coverage]:
+        """The coverage results that left something out (for the report and the terminal)."""
+        return [c for c in self.coverage if c.n_left_out]
 
     @property
     def attributes(self) -> list[str]:
@@ -151,15 +162,18 @@ def read_predictions(folder: str | Path, design: SubsetDesign, *, pred_col: str 
     return out
 
 
-def _align(pred: pd.DataFrame, test_ids: pd.Series, pred_col: str, source: str) -> np.ndarray:
+def _align(pred: pd.DataFrame, test_ids: pd.Series, pred_col: str, source: str, known: set[str],
+           label: str) -> np.ndarray:
+    """One subset's predictions in test-set order; missing, repeated, empty or unknown predictions are errors."""
     require_columns(pred, [pred_col], source=source, what="prediction column")
-    if SAMPLE_ID not in pred.columns:
-        raise ColumnError(f"{source}: no sample_id column")
+    check_unique_ids(pred, SAMPLE_ID, source)
     ids = pred[SAMPLE_ID].astype(str)
-    empty = pred[pred_col].isna().to_numpy()
+    empty = empty_cells(pred[pred_col])
     if empty.any():
         row = int(np.flatnonzero(empty)[0])
         raise ColumnError(f"{source}: row {row + 1}: empty {pred_col!r}")
+    check_known_classes(pred, pred_col, known, source=source, of=f"the classes of the label {label!r}",
+                        hint="predictions must use the label's classes as the test set spells them")
     lookup = pd.Series(class_labels(pred[pred_col]), index=ids.to_numpy())
     missing = ~test_ids.isin(lookup.index).to_numpy()
     if missing.any():
@@ -174,6 +188,7 @@ def audit_transfer(
     *,
     pred_col: str = PRED_COL,
     settings: AuditSettings | None = None,
+    skipped: Mapping[str, str] | None = None,
 ) -> TransferStudyResult:
     """Set every subset's dataset bias beside its model's bias on the common test set (docs/METHODS.md §11.2, §11.3).
 
@@ -192,6 +207,9 @@ def audit_transfer(
         ``correction`` across the pairs of subsets, per attribute, and ``alpha`` of the adjusted p-values for
         ``significant``; test groups with fewer than ``min_subjects`` subjects are left out of OD (and
         listed). Default :data:`DEFAULTS` (``min_subjects`` 1).
+    skipped : mapping of str to str, optional
+        Why a subset has no predictions (subset -> reason), for the coverage of the subsets; a subset without
+        predictions and without a reason here counts as ``"no prediction table"``.
 
     Returns
     -------
@@ -204,14 +222,24 @@ def audit_transfer(
         raise FairvisionError(f"predictions for {unknown[0]!r}, which is not a subset of the design")
     names = [s for s in design.catalog["subset"] if s in predictions]
     untrained = [s for s in design.catalog["subset"] if s not in predictions]
+    test_src = str(design.test.attrs.get("source", "test set"))
     test = design.test.reset_index(drop=True)
     test.attrs["source"] = "test set"
     if len(test) == 0:
         raise FairvisionError("the design has no test set (it was made with a test fraction of 0)")
     label = design.label
-    y_true = class_labels(test[design.schema[label].source]) if label in design.schema else class_labels(test[label])
+    label_col = design.schema[label].source if label in design.schema else label
+    require_columns(test, [label_col], source=test_src, what="label column")
+    check_unique_ids(test, SAMPLE_ID, test_src)
+    require_classes(test, label_col, source=test_src, why="OD and accuracy compare the models' recall of two or more "
+                                                          "classes (was the label column chosen right?)")
+    y_true = class_labels(test[label_col])
+    known = set(y_true.tolist())
+    if label in design.schema and design.schema[label].categories is not None:
+        known |= set(design.schema[label].categories)
     test_ids = test[SAMPLE_ID].astype(str)
-    preds = {s: _align(predictions[s], test_ids, pred_col, str(predictions[s].attrs.get("source", s))) for s in names}
+    preds = {s: _align(predictions[s], test_ids, pred_col, str(predictions[s].attrs.get("source", s)), known, label)
+             for s in names}
     subj = subject_codes(test, design.subject_col if design.subject_col in test.columns else None, source="test set",
                          rows_as_subjects=True)
     boot = _Bootstrap(subj, cluster_bootstrap_weights(int(subj.max()) + 1, settings.n_boot, settings.seed),
@@ -224,13 +252,28 @@ def audit_transfer(
     comparisons = pd.concat(cmp_rows, ignore_index=True) if cmp_rows else pd.DataFrame(columns=COMPARISON_COLUMNS)
     if untrained:
         notes.append(f"no predictions for {len(untrained)} subsets (left out of the study table): {', '.join(untrained)}")
+    coverage = [_subset_coverage(design, predictions, skipped or {}, settings)]
     return TransferStudyResult(
         design=design, subsets=names, settings=settings, n_test=len(test), n_test_subjects=boot.n_subjects,
         accuracy=pd.DataFrame(acc_rows).set_index("subset"), od=pd.DataFrame([r for p in parts for r in p["od"]]),
         ids=pd.DataFrame([r for p in parts for r in p["id"]]), comparisons=comparisons,
         flagged=pd.DataFrame([p["flag"] for p in parts if p["flag"] is not None]),
         test_groups=pd.DataFrame([r for p in parts for r in p["test_groups"]]), untrained=untrained, notes=notes,
+        coverage=coverage,
     )
+
+
+def _subset_coverage(design: SubsetDesign, predictions: Mapping[str, pd.DataFrame], skipped: Mapping[str, str],
+                     settings: AuditSettings) -> Coverage:
+    """Which subsets have predictions, why the others have none, and whether that depends on the subset family
+    (docs/METHODS.md §9.3)."""
+    cat = design.catalog.reset_index(drop=True)
+    cat.attrs["source"] = "subset catalog"
+    ok = cat["subset"].isin(list(predictions)).to_numpy()
+    why = np.array([None if k else skipped.get(s, "no prediction table") for s, k in zip(cat["subset"], ok)],
+                   dtype=object)
+    return audit_coverage(cat, ok, ["family"], step="prediction step", settings=settings, reasons=why,
+                          unit="subsets")
 
 
 class _Bootstrap:

@@ -9,7 +9,9 @@ reads precomputed answers, parses every answer (:mod:`fairvision.audits.vlm.vqa_
 pronoun, gender word, extracted term, toxic keywords) and compares the rates between groups
 (:mod:`fairvision.audits.vlm.vqa_statistics`) with subject-bootstrap CIs and corrected group-vs-rest tests that
 allow for the many answers of one subject (Rao-Scott design effect). Groups with fewer than ``min_subjects``
-subjects are reported but not tested.
+subjects are reported but not tested. Failed replies (over the byte cap, ``content: null``) are left out of every
+rate; their share per group is tested like any other drop (:func:`fairvision.audits.coverage.audit_coverage`,
+docs/METHODS.md §9.3).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from fairvision.audits.coverage import Coverage, audit_coverage
 from fairvision.audits.gates import quantity_key
 from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.audits.vlm.samples import SampleOptions, prepare_samples, subject_clusters
@@ -49,6 +52,8 @@ class VQAResult(SettingsView):
     over all answers. ``pronouns``: pronoun counts and shares per group and tone (among responses). ``terms``:
     the most frequent extracted terms per group and tone with NPMI. ``meta`` counts the failed replies
     (``n_failed``, ``failures`` by kind, ``first_failure``): they are not in ``answers`` nor in any rate.
+    ``coverage``: when the model was asked, the share of replies that failed per group of each attribute, tested,
+    with the failure kinds as reasons (docs/METHODS.md §9.3); None for precomputed answers.
     """
 
     answers: pd.DataFrame
@@ -59,6 +64,7 @@ class VQAResult(SettingsView):
     tones: list[str]
     settings: AuditSettings
     meta: dict = field(default_factory=dict)
+    coverage: Coverage | None = None
 
     def to_frame(self) -> pd.DataFrame:
         return self.rates
@@ -169,12 +175,14 @@ def audit_vqa(
                             progress=progress, settings=settings)
     failures = failure_summary(ans)
     ans = _answers_of_samples(ans, data, samples.id_col)
+    coverage = None
     if "failure" in ans.columns:  # a failed reply is neither an answer nor silence: left out of every rate
         failed = ans["failure"].notna().to_numpy()
         if failed.all():
             kinds = ", ".join(f"{k}: {v}" for k, v in failures["failures"].items())
             raise FairvisionError(f"every reply failed ({failures['n_failed']}; {kinds}); the first: "
                                   f"{failures['first_failure']}")
+        coverage = reply_coverage(ans, data, attrs, schema, settings)
         ans = ans[~failed].drop(columns=["failure"])
     ans = parse_answers(ans, qs, words)
     ans = ans.sort_values("_row", kind="stable").reset_index(drop=True)
@@ -209,7 +217,40 @@ def audit_vqa(
                            "n_from_store": int(ans["from_store"].sum()), "n_boot": settings.n_boot, **failures,
                            "quantities": quantities, "max_k": int(max_k), "min_subjects": int(settings.min_subjects),
                            "expect": dict(zip(qs.questions["tone"], qs.questions["expect"])),
-                           "questions": qs.source, "signature": getattr(answerer, "signature", None)})
+                           "questions": qs.source, "signature": getattr(answerer, "signature", None)},
+                     coverage=coverage)
+
+
+def reply_coverage(ans: pd.DataFrame, data: pd.DataFrame, attrs: list[str], schema,
+                   settings: AuditSettings | None = None) -> Coverage:
+    """The share of replies that failed per group of each attribute (docs/METHODS.md §9.3).
+
+    Parameters
+    ----------
+    ans : pandas.DataFrame
+        One row per reply with ``_row`` (the sample's row of ``data``) and ``failure`` (None for an answer, else
+        the kind of failure: the reason counted).
+    data : pandas.DataFrame
+        The sample table with the attribute columns.
+    attrs : list of str
+        The probe's attributes (each tested on its own).
+    schema : Schema
+        The schema the probe's groups come from.
+    settings : AuditSettings, optional
+        ``level``, ``correction`` (over the attributes) and ``alpha``.
+
+    Returns
+    -------
+    Coverage
+        Step ``"VQA reply"``, unit ``"replies"``. Replies are counted as independent: the test does not allow
+        for the several replies of one subject.
+    """
+    rows = ans["_row"].to_numpy()
+    table = data.iloc[rows].reset_index(drop=True)
+    table.attrs = {**data.attrs}
+    failure = ans["failure"].to_numpy(dtype=object)
+    return audit_coverage(table, pd.isna(failure), list(dict.fromkeys(attrs)), schema=schema,
+                          step="VQA reply", settings=settings, reasons=failure, unit="replies")
 
 
 def _answers_of_samples(ans: pd.DataFrame, data: pd.DataFrame, id_col: str) -> pd.DataFrame:

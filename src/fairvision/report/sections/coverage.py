@@ -13,9 +13,9 @@ from fairvision.report.findings import GAP_LARGE, group_text, p_text, pct
 def coverage_section(cov: Coverage, *, id: str = "coverage", title: str | None = None) -> Section:
     """Success rate of a measurement step by group, with the tests of equal rates."""
     s = Section(id, title or f"Coverage of the {cov.step} by group",
-                intro=f"Share of images for which the {cov.step} succeeded, per group, with 95% Wilson intervals. "
+                intro=f"Share of {cov.unit} for which the {cov.step} succeeded, per group, with 95% Wilson intervals. "
                       "A step that fails more often for one group is itself a bias.")
-    s.metrics("coverage_overall", {"images": cov.n, "succeeded": round(cov.overall * cov.n), "rate": cov.overall})
+    s.metrics("coverage_overall", {cov.unit: cov.n, "succeeded": round(cov.overall * cov.n), "rate": cov.overall})
     add_findings(s, cov)
     for f in cov.findings:
         s.note(f, "finding")
@@ -24,6 +24,8 @@ def coverage_section(cov: Coverage, *, id: str = "coverage", title: str | None =
                "attributes).")
     s.table("coverage_by_group", cov.by_group, f"{cov.step} success by group")
     s.table("coverage_tests", cov.tests, "Tests of equal success rates across the groups of each attribute")
+    if len(cov.reasons):
+        s.table("coverage_reasons", cov.reasons, f"Why the {cov.step} left rows out (rows per reason)")
     fig_df = cov.by_group.rename(columns={"rate": "estimate"})
     fig_df.index = [group_text(a, g) for a, g in fig_df.index]
     s.figure("coverage_forest", plots.forest(fig_df, title=f"{cov.step} success rate", xlabel="rate", reference=cov.overall),
@@ -47,8 +49,12 @@ def add_findings(s: Section, cov: Coverage) -> None:
                   "high" if gap >= GAP_LARGE else "medium", target="coverage_by_group", quantity=f"rate.{attr}={worst}",
                   value=g.loc[worst, "rate"], ci_low=g.loc[worst, "ci_low"], ci_high=g.loc[worst, "ci_high"],
                   pvalue=t["pvalue_adjusted"], size=gap)
+    failed = cov.n_left_out
+    why = f" ({cov.reasons_text()})" if failed and len(cov.reasons) else ""
     if not len(differs) and np.isfinite(cov.overall):
-        failed = cov.n - round(cov.overall * cov.n)
-        s.finding(f"The {cov.step} succeeded for {pct(cov.overall)} of {cov.n:,} images; no group's rate differs "
+        s.finding(f"The {cov.step} succeeded for {pct(cov.overall)} of {cov.n:,} {cov.unit}{why}; no group's rate differs "
                   f"significantly ({cov.correction} correction)", "medium" if 1 - cov.overall >= GAP_LARGE else "info",
                   target="coverage_overall", quantity="rate", value=cov.overall, size=failed / cov.n if cov.n else None)
+    elif failed and why:
+        s.finding(f"The {cov.step} left out {failed:,} of {cov.n:,} {cov.unit}{why}", "info", target="coverage_reasons",
+                  quantity="left_out", value=failed, size=failed / cov.n)

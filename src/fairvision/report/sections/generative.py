@@ -2,8 +2,11 @@
 
 :func:`generative_sections` returns one section per generator with word-score
 bars and CIs per topic and property, the topic x property heat map, flagged and
-top words, threshold counts, lost faces and failures, and one skin colour
-distribution section (outputs against seeds, Thong Table 2) per generator.
+top words, threshold counts, lost faces and failures (by cause), one skin colour
+distribution section (outputs against seeds, Thong Table 2) per generator, and
+the coverage of generation by group for a generator with failed outputs. A run
+of the built-in editor says, in its intro, a note, its findings and a finding of
+its own, that it is a demonstration of the shifts its spec planted.
 Before/after thumbnails only with ``show_images``. :func:`compare_section` shows
 several generators side by side (``fairvision audit generative compare``).
 """
@@ -18,11 +21,13 @@ import pandas as pd  # noqa: E402
 
 from fairvision.audits.gates import describe  # noqa: E402
 from fairvision.audits.generative.audit import PROPERTY_UNITS, GenerativeResult  # noqa: E402
+from fairvision.audits.generative.failures import failure_table, most_common_cause  # noqa: E402
 from fairvision.io.images import downscale, encode_png, read_image  # noqa: E402
 from fairvision.report import Section  # noqa: E402
 from fairvision.report.findings import ci_text, count_of, num, p_text  # noqa: E402
 from fairvision.report.formatting import slug  # noqa: E402
 from fairvision.report.plots import forest, heatmap  # noqa: E402
+from fairvision.report.sections.coverage import coverage_section  # noqa: E402
 from fairvision.report.sections.skin import skin_section  # noqa: E402
 
 __all__ = ["compare_section", "generative_sections"]
@@ -57,16 +62,35 @@ def _thumbnails(sec: Section, res: GenerativeResult, g: str) -> None:
         sec.note("No flagged word to show before/after images for.")
 
 
+def _shift_text(shift: dict) -> str:
+    return ", ".join(f"{'L*' if k == 'L' else 'h*'} {float(v):+g}" for k, v in shift.items())
+
+
+def _planted_text(g: str, planted: dict) -> str:
+    """The demonstration sentence of a built-in editor run: which shifts its spec planted."""
+    listed = "; ".join(f"{w}: {_shift_text(v)}" for w, v in list(planted.items())[:8])
+    more = f" and {len(planted) - 8} more" if len(planted) > 8 else ""
+    what = f"the shifts its spec planted ({listed}{more})" if planted else "no planted shift, only its jitter"
+    return (f"Demonstration of planted shifts: {g} is fairvision's built-in colorimetric editor, not an image "
+            f"model. It applies {what} to the skin of every seed photo. Its findings show that the audit finds "
+            "what was planted; they are not a model's bias.")
+
+
 def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Section:
     s = res.settings
     multi = len(res.generators) > 1
+    planted = res.planted.get(g)
+    demo = _planted_text(g, planted) + " " if planted is not None else ""
     sec = Section(id=f"generative-{slug(g)}" if multi else "generative",
                   title=f"Generative model: {g}" if multi else "Generative model (BiasPainter)", intro=(
-        "Every seed photo was edited with every neutral prompt. A neutral prompt should change neither the "
+        f"{demo}Every seed photo was edited with every neutral prompt. A neutral prompt should change neither the "
         "person's skin colour, nor their apparent age, nor their apparent gender. Word score = mean signed change "
         "over the seeds (bootstrap CI over seeds); a word is flagged when its paired test against no change is "
         f"significant after {s['correction']} correction across words (alpha {s['alpha']}) and its score reaches "
         "the minimum effect. Topic and model scores are mean absolute word scores (docs/METHODS.md §10)."))
+    if planted is not None:
+        sec.note(_planted_text(g, planted), "warning")
+        sec.finding(_planted_text(g, planted), "info", target="key figures", topic=f"generative:{g}:demonstration")
     words = res.words.xs(g, level="generator")
     pairs = res.pairs[res.pairs["generator"] == g]
     recs = res.records[res.records["generator"] == g]
@@ -85,11 +109,13 @@ def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Sect
     if stored and g == res.generators[0]:
         sec.note(f"{res.n_assessed():,} per-image assessments were computed in this run and {stored:,} read from "
                  "the results store (same image bytes, assessor settings and code; docs/METHODS.md §10.1).")
-    # findings: flagged words
+    # findings: flagged words (of a built-in editor: said to be a planted shift, or a false positive)
     for (prop, word), r in flagged.iterrows():
         me = float(s["min_effect"].get(prop, 1.0)) or 1.0
+        tag = "" if planted is None else ("Planted shift found: " if word in planted
+                                          else "Not planted (a false positive of the audit): ")
         sec.finding(
-            f"'{word}' ({r['topic']}) {'raises' if r['estimate'] > 0 else 'lowers'} {prop} by {num(abs(r['estimate']))} "
+            f"{tag}'{word}' ({r['topic']}) {'raises' if r['estimate'] > 0 else 'lowers'} {prop} by {num(abs(r['estimate']))} "
             f"{PROPERTY_UNITS.get(prop, '')} on average over {count_of(int(r['n']), 'seed')} "
             f"({int(round(s['level'] * 100))}% CI{ci_text(r['ci_low'], r['ci_high'])}; {p_text(r['pvalue_adjusted'])}).",
             _severity(r, me), target="flagged words", quantity=f"word.{prop}.{word}", value=r["estimate"],
@@ -102,9 +128,13 @@ def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Sect
         sec.finding(f"{count_of(lost, 'output')} of {int(made.sum()):,} lost the face of the seed photo.",
                     "medium" if lost / max(1, int(made.sum())) > 0.05 else "info", target="faces lost",
                     quantity="face_lost_share", value=lost / max(1, int(made.sum())))
+    fails = failure_table(recs)
     if n_fail:
-        sec.finding(f"{count_of(n_fail, 'generation')} failed (reasons in the failures table).", "info",
-                    target="failures", quantity="n_failed", value=n_fail)
+        cause, k = most_common_cause(fails["cause"])
+        sec.finding(f"{count_of(n_fail, 'generation')} of {len(recs):,} failed, most often {cause} ({k:,} of "
+                    f"{n_fail:,}); every failure with its cause and reason is in the failures table.",
+                    "medium" if n_fail / max(1, len(recs)) > 0.05 else "info", target="failures",
+                    quantity="n_failed", value=n_fail, size=n_fail / max(1, len(recs)))
     # heat map: topic x property
     topics = res.topics.xs(g, level="generator")["estimate"].unstack("property")
     order = [p for p in PROPERTY_UNITS if p in topics.columns]
@@ -140,8 +170,10 @@ def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Sect
     if g in res.face_lost.index.get_level_values("generator"):
         fl = res.face_lost.xs(g, level="generator")
         sec.table("faces lost", fl[fl["n_face_lost"] > 0], "Outputs with no face found, per prompt word.")
-    fails = recs.loc[~recs["ok"].astype(bool), ["seed_id", "word", "prompt", "seed", "reason"]]
-    sec.table("failures", fails.reset_index(drop=True), "Generations that failed, with the reason.")
+    sec.table("failures", fails.drop(columns=["generator"]), "Generations that failed, with the cause and the reason.")
+    if n_fail:
+        by_cause = fails.groupby("cause", sort=False).size().sort_values(ascending=False, kind="stable")
+        sec.table("failures by cause", by_cause.rename("n").to_frame(), "Failed generations per cause.")
     for n in res.notes:
         sec.note(n, "warning")
     if show_images:
@@ -152,6 +184,9 @@ def _generator_section(res: GenerativeResult, g: str, show_images: bool) -> Sect
 def generative_sections(res: GenerativeResult, *, show_images: bool = False) -> list[Section]:
     """The report sections of a :class:`~fairvision.audits.generative.audit.GenerativeResult`."""
     out = [_generator_section(res, g, show_images) for g in res.generators]
+    for g, cov in res.coverage.items():
+        out.append(coverage_section(cov, id=f"generative-generation-{slug(g)}",
+                                    title=f"Generation of {g} by group (failed outputs)"))
     for g in res.generators:
         comp = res.distribution.get(g)
         if comp is not None:

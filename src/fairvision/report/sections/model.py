@@ -53,7 +53,9 @@ def model_section(result, *, conditions: list[dict] | None = None, title: str = 
     )
     top = result.top_disparities
     sec.metrics("overview", {
-        "samples": result.n_samples,
+        "samples read": result.n_samples,
+        "samples scored": result.n_scored,
+        "samples left out": result.n_left_out,
         "subjects": result.n_subjects,
         "metrics": len(result.metrics),
         "attribute sets": len(result.intersections),
@@ -61,6 +63,12 @@ def model_section(result, *, conditions: list[dict] | None = None, title: str = 
         "largest D": float(top["disparity"].max()) if len(top) else 0.0,
     })
     add_findings(sec, result, conditions)
+    if result.n_left_out:
+        cov = result.coverage
+        od = " and OD the samples with both classes" if result.od else ""
+        sec.note(f"{cov.n_left_out:,} of {cov.n:,} samples are left out ({cov.reasons_text()}): each metric uses the "
+                 f"samples scored for it{od}; the coverage section tests whether the share left out differs by group "
+                 "(docs/METHODS.md §9.3).", "warning")
     if result.subject_col is None:
         sec.note("No subject column: every image is treated as a different person. If people appear in several "
                  "images the CIs are too narrow and the p-values too small.", "warning")

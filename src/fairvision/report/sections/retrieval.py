@@ -7,6 +7,7 @@ with the 80%-rule band (0.8-1.25), the per-rank (strong condition) tests, and
 the power analysis in the layout of the paper's Figure 3: (a) power of the
 omnibus test against RR for several catalog sizes, (b) and (c) the detectable
 nRR at the target power against catalog size for RR < 1 and RR > 1. No images.
+:func:`left_out_sections` reports the rows the audit left out (docs/METHODS.md §9.3).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 from fairvision.report import Section
 from fairvision.report import plots
 from fairvision.report.findings import ci_text, group_text, num, p_text
+from fairvision.report.sections.coverage import coverage_section
 
 _CONTRAST_COLS = ["n_queries", "n_results", "share", "catalog_share", "statistic", "pvalue", "method", "pvalue_adjusted",
                   "reject", "rr", "rr_ci_low", "rr_ci_high", "nrr", "fair_80", "too_small"]
@@ -175,6 +177,21 @@ def retrieval_section(audit, *, title: str = "Retrieval distribution parity") ->
             sec.table("embedding_failures", st.loc[~st["ok"], ["item_id", "reason"]].set_index("item_id"),
                       caption="Images left out of the catalog (no embedding).")
     return sec
+
+
+def left_out_sections(audit) -> list[Section]:
+    """Coverage sections of the rows a retrieval audit left out (docs/METHODS.md §9.3): the candidate queries
+    (images without an embedding, items without a value of the attribute), shown when the harness embedded images
+    or any was left out, and the result pairs left out for a result without a value, when any was."""
+    out = []
+    cov = audit.coverage
+    if cov is not None and (audit.embedding_status is not None or cov.n_left_out):
+        out.append(coverage_section(cov, id="retrieval-coverage",
+                                    title=f"Left out of the retrieval audit: {cov.unit} by {audit.attribute}"))
+    if audit.result_coverage is not None:
+        out.append(coverage_section(audit.result_coverage, id="retrieval-result-coverage",
+                                    title=f"Left out of the retrieval audit: results by the query's {audit.attribute}"))
+    return out
 
 
 def add_findings(sec: Section, audit) -> None:

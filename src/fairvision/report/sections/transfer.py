@@ -181,7 +181,8 @@ def _figure(sec: Section, result) -> None:
     fig = plots.ci_series(panels, x="x", xlabel="training rows", ylabel=f"OD ({int(round(100 * result.level))}% CI)",
                           logx=max(xs) / max(1, min(xs)) > 8)
     sec.figure("od_by_size", fig, "Model bias (OD) against training-set size: the stratified family as a line, balanced "
-                                  "and single-group subsets as points",
+                                  "and single-group subsets as points; subsets of the same size are set side by side, "
+                                  "a little apart from that size, so that no interval hides another",
                data=result.od.to_dict("list"))
 
 

@@ -8,6 +8,7 @@ from fairvision.audits.gates import quantity_key
 from fairvision.stats.versus_rest import count_flagged
 from fairvision.report import Section
 from fairvision.report import plots
+from fairvision.report.sections.coverage import coverage_section
 from fairvision.report.sections.vlm import gate_findings
 from fairvision.report.findings import ci_text, count_of, group_text, num, p_text, pct, test_severity, verb
 
@@ -97,6 +98,20 @@ def vlm_vqa_section(result, *, conditions: list[dict] | None = None,
              "(a short list written for fairvision; pass your own with --toxic-words), so the toxic rate is only as "
              "good as that list.")
     _findings(sec, result)
+    return sec
+
+
+def failed_replies_section(result) -> Section | None:
+    """The failed replies of a VQA probe by group (docs/METHODS.md §9.3): the share of replies that failed per group
+    of each attribute with Wilson intervals, the test of equal shares, the failure kinds, and a finding; None when
+    no reply failed (or the answers were precomputed)."""
+    cov = result.coverage
+    if cov is None or not cov.n_left_out:
+        return None
+    sec = coverage_section(cov, id="vlm_vqa-failed-replies", title="Failed replies by group")
+    sec.note("Each reply counts once in these tests; several replies of one subject are not independent, so a "
+             "failure that hits some subjects' images (a long reply over the byte cap) can look more significant "
+             "than it is. A rerun asks the failed questions again.")
     return sec
 
 
