@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.curation.family import correct_across
-from fairvision.audits.curation.visual_models import BUILT_IN_SOURCE, FACE
 from fairvision.audits.gates import quantity_key
 from fairvision.audits.model import ModelAuditResult, audit_model
 from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
@@ -186,8 +185,7 @@ class VisualAudit(SettingsView):
     heatmaps: pd.DataFrame = field(default_factory=pd.DataFrame)
     model: ModelAuditResult | None = None
     failures: pd.DataFrame = field(default_factory=pd.DataFrame)
-    #: statistics left out of the tables and tests (name -> why): the built-in detector's face aspect ratio, and
-    #: any statistic with one value for every annotation
+    #: statistics left out of the tables and tests (name -> why): any statistic with one value for every annotation
     left_out: dict = field(default_factory=dict)
 
     def heatmap(self, what: str, attribute: str | None = None, group: str | None = None) -> np.ndarray:
@@ -390,18 +388,14 @@ def _statistic_columns(inst: pd.DataFrame, coco: CocoDataset) -> tuple[list[str]
                 metrics.append(name)
     if not metrics:
         raise FairvisionError(f"{coco.source}: the annotations have no boxes, masks or keypoints")
-    # a statistic with one value for every annotation (the built-in face detector's square boxes: face
-    # aspect ratio 1) describes the annotation tool, not the images: left out of the tests, with a note
+    # a statistic with one value for every annotation (an annotation tool that draws square face boxes, say)
+    # describes the tool, not the images: left out of the tests, with a note
     left_out = {}
-    built_in = str(coco.source).endswith(BUILT_IN_SOURCE)
     for m in metrics:
         v = inst[m].to_numpy(float)
         v = v[np.isfinite(v)]
-        if built_in and m == f"{FACE}.aspect_ratio":
-            left_out[m] = ("the built-in face detector's boxes are square: the aspect ratio is 1 but for faces "
-                           "cut by the image border")
         # within 0.1 %: square boxes come back as 1 +- 1e-4 after the conversion to pixels
-        elif v.size and np.ptp(v) <= CONSTANT_TOLERANCE * max(1.0, float(np.abs(v).max())):
+        if v.size and np.ptp(v) <= CONSTANT_TOLERANCE * max(1.0, float(np.abs(v).max())):
             left_out[m] = f"always {float(np.median(v)):.4g}"
     if left_out and len(left_out) < len(metrics):
         return [m for m in metrics if m not in left_out], left_out

@@ -1,6 +1,7 @@
 """Annotations from the built-in models, as a COCO dataset, for the visual statistics (docs/METHODS.md §13.3).
 
-When a dataset has no annotations, mediapipe face detection (face boxes), selfie segmentation (person mask and its
+When a dataset has no annotations, the face finder (face boxes; the one every command uses, docs/METHODS.md §2.5),
+mediapipe selfie segmentation (person mask and its
 box) and Pose (33 keypoints) annotate its images (:func:`coco_from_models`). The models' output of every image is
 kept in the results store (stage ``visual_models``: face boxes, the mask as compressed COCO RLE, the keypoints)
 under the image's SHA-256 and a hash of the model parameters, the mediapipe version and the code, so a second run
@@ -32,14 +33,15 @@ from fairvision.metrics.masks import rle_decode, rle_encode
 #: category names used for the built-in models' annotations
 FACE, PERSON = "face", "person"
 #: parameters of the built-in models (:func:`measure_image`); part of the results-store key
-MODEL_PARAMS = {"face_min_confidence": 0.3, "face_models": [0, 1], "selfie_threshold": 0.5,
+MODEL_PARAMS = {"face_min_confidence": 0.5, "face_max_faces": 5, "selfie_threshold": 0.5,
                 "selfie_model_selection": 0, "pose_model_complexity": 1}
 #: results-store stage of the built-in models' annotations
 STAGE = "visual_models"
 #: bump when a change here changes stored annotations
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: source files that shape a stored annotation
-SIGNATURE_SOURCES = ("io/images.py", "vision/detect.py", "vision/person_mask.py", "vision/pose.py",
+SIGNATURE_SOURCES = ("io/images.py", "vision/faces.py", "vision/facemesh.py", "vision/detect.py",
+                     "vision/dlib_landmarks.py", "vision/person_mask.py", "vision/pose.py",
                      "metrics/masks.py", "audits/curation/visual_models.py")
 #: the end of the ``source`` of a dataset annotated by :func:`coco_from_models`
 BUILT_IN_SOURCE = " (built-in models)"
@@ -63,7 +65,7 @@ def measure_image(path: str, params: dict | None = None) -> dict:
         mediapipe Pose's 33 landmarks, or None).
     """
     # lazy: the model wrappers import mediapipe, needed only on this path
-    from fairvision.vision.detect import detect_faces
+    from fairvision.vision.faces import find_faces
     from fairvision.vision.person_mask import selfie_mask
     from fairvision.vision.pose import detect_pose
 
@@ -71,8 +73,8 @@ def measure_image(path: str, params: dict | None = None) -> dict:
     img = read_image(path)
     h, w = img.shape[:2]
     faces = [[float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]
-             for b, _ in detect_faces(img, min_confidence=float(p["face_min_confidence"]),
-                                      models=tuple(int(m) for m in p["face_models"]))]
+             for b in (f.box for f in find_faces(img, max_faces=int(p["face_max_faces"]),
+                                                  min_confidence=float(p["face_min_confidence"])))]
     mask = selfie_mask(img, threshold=float(p["selfie_threshold"]), model_selection=int(p["selfie_model_selection"]))
     kp = detect_pose(img, model_complexity=int(p["pose_model_complexity"]))
     return {"width": int(w), "height": int(h), "faces": faces,
@@ -160,6 +162,9 @@ def coco_from_models(data: pd.DataFrame, *, image_col: str = IMAGE_PATH, setting
         results = _read_stored(store, keys, contents, phash, ids, subjects, paths)
     cached = np.array([r is not None for r in results], bool)
     todo = np.flatnonzero(~cached)
+    from fairvision.vision.faces import mark_used  # lazy: cheap, but part of the vision stack
+
+    mark_used()  # face boxes come from the face finder (in workers, or stored): the report names it
     finished = [n - len(todo)]
     if progress is not None and finished[0]:
         progress(finished[0], n)
