@@ -21,7 +21,10 @@ Composes the pieces of the retrieval audit (docs/METHODS.md §8, Khaziev et al.)
    this catalog is large enough to detect an 80%-rule violation per value.
    The simulated catalog size is the number of queries that entered the test
    (in the paper every catalog item is a query);
-5. the rows left out (docs/METHODS.md §9.3): images without an embedding (no face, unreadable, too large) and
+5. exposure and skew of the rankings (docs/METHODS.md §8.5): NDKL, MaxSkew@k and MinSkew@k against the catalog's
+   shares, and per value the top-k share, Skew@k, position-discounted exposure and attention with query-bootstrap
+   intervals (:func:`ranking_from_results`, :func:`fairvision.stats.ranking.ranking_fairness`);
+6. the rows left out (docs/METHODS.md §9.3): images without an embedding (no face, unreadable, too large) and
    items without a value of the attribute are one coverage result (:func:`fairvision.audits.coverage.audit_coverage`:
    the share left out per group of the attribute, tested, with the reasons); result pairs left out for a result
    item without a value are another. Images without an embedding cannot be retrieved, so they are not in the
@@ -46,6 +49,7 @@ from fairvision.skin.batch import MeasureParams, measure_images
 from fairvision.skin.categories import st_class
 from fairvision.stats.parity import CATALOG_ROW, DEFAULT_ALPHA, ParityOptions, ParityResult, parity_test
 from fairvision.stats.power import PAPER_CATALOG_SIZES, CatalogAdequacy, catalog_adequacy, detectable_curve, power_grid
+from fairvision.stats.ranking import RankingFairness, RankingPool, ranking_fairness
 
 SKIN_ATTRIBUTE = "st_class"
 #: column of an item table that says why its ``st_class`` is empty (filled by :func:`measure_skin_attribute`)
@@ -106,6 +110,9 @@ class RetrievalAudit:
     result_coverage : Coverage or None
         The top-K result pairs of the queries kept that are left out because the result item has no value of the
         attribute, by the query's value; None when no pair was left out that way.
+    ranking : RankingFairness or None
+        Exposure and skew of the top-K rankings against the catalog's shares (docs/METHODS.md §8.5); None with
+        ``ranking_note`` saying why when they are undefined.
     """
 
     parity: ParityResult
@@ -118,6 +125,8 @@ class RetrievalAudit:
     embedding_status: pd.DataFrame | None = None
     coverage: Coverage | None = None
     result_coverage: Coverage | None = None
+    ranking: RankingFairness | None = None
+    ranking_note: str | None = None
     power_trials: int = 0
     target_power: float = 0.8
     meta: dict = field(default_factory=dict)
@@ -127,7 +136,9 @@ class RetrievalAudit:
         ``min_nrr`` (smallest normalised risk ratio), ``n_unfair`` (values below the
         80% rule and significant after correction), ``n_below_80`` (values with nRR
         < 0.8), ``n_left_out`` (candidate queries left out: images without an embedding, items without a
-        value), and per value ``nrr.<value>``, ``rr.<value>``, ``pvalue_adjusted.<value>``."""
+        value), and per value ``nrr.<value>``, ``rr.<value>``, ``pvalue_adjusted.<value>``; from the rankings
+        (docs/METHODS.md §8.5) ``ndkl``, ``max_skew``, ``min_skew``, ``n_flagged_groups`` and per value
+        ``skew.<value>``, ``attention_ratio.<value>``."""
         om = self.parity.omnibus
         con = self.parity.contrasts
         q = {"omnibus_p": float(om.pvalue), "omnibus_chi2": float(om.statistic)}
@@ -141,6 +152,8 @@ class RetrievalAudit:
             q[f"rr.{value}"] = float(row["rr"])
             if "pvalue_adjusted" in con:
                 q[f"pvalue_adjusted.{value}"] = float(row["pvalue_adjusted"])
+        if self.ranking is not None:
+            q.update(self.ranking.quantities())
         return q
 
     def to_frame(self) -> pd.DataFrame:
@@ -371,6 +384,9 @@ def audit_retrieval(
                            power_trials=int(power.trials), target_power=float(power.target))
     audit.coverage, audit.result_coverage = left_out(results, items, attribute, k, missing=missing,
                                                      embedding_status=embedding_status, settings=settings)
+    say("exposure and skew")
+    audit.ranking, audit.ranking_note = ranking_from_results(results, items, attribute, p_z, k, missing=missing,
+                                                             settings=settings)
     present = p_z[p_z > 0]
     if power.trials and len(present) >= 2 and present.max() < 1:
         _power_analysis(audit, present, int(par.n_queries), k, parity.continuity, power, settings, say)
@@ -379,6 +395,61 @@ def audit_retrieval(
                   "n_catalog": int(par.n_catalog), "dropped": par.dropped,
                   "n_left_out": int(audit.coverage.n_left_out)}
     return audit
+
+
+def ranking_from_results(results, items, attribute: str, desired: pd.Series, k: int = 6, *, missing: str = "drop",
+                         settings: AuditSettings | None = None) -> tuple[RankingFairness | None, str | None]:
+    """Exposure and skew of the top-``k`` rankings by the attribute (docs/METHODS.md §8.5).
+
+    The queries are those of the parity test (a value of the attribute); each ranking keeps its results of rank
+    ``<= k`` that have a value, in rank order (a result without one is skipped and the ranks below move up). The
+    permutation tests shuffle the values over the items of the item table that have one.
+
+    Parameters
+    ----------
+    results, items, attribute, k, missing
+        As for :func:`parity_from_results` (``missing`` is applied, not checked: call this after it).
+    desired : pandas.Series
+        Desired share per value (the catalog's shares), in the order of the groups.
+    settings : AuditSettings, optional
+        ``n_boot``, ``level`` and ``seed`` of the query bootstrap, ``correction`` and ``alpha`` of the tests.
+
+    Returns
+    -------
+    (RankingFairness, None), or (None, why) when no query has a ranked result with a value or a result has a value
+    with catalog share 0.
+    """
+    settings = settings or DEFAULTS
+    results, items = read_results(results), read_items(items, attribute)
+    attr = _apply_missing(items, attribute, missing)
+    value_of = attr.set_axis(items["item_id"].to_numpy())
+    all_codes = pd.Categorical(attr.to_numpy(dtype=object), categories=list(desired.index)).codes.astype(np.int64)
+    in_pool = all_codes >= 0  # the items with a value: the pool of the permutation test
+    index_of = pd.Series(np.cumsum(in_pool) - 1, index=items["item_id"].to_numpy())[in_pool]
+    top = results[results["rank"].to_numpy() <= k]
+    q_ok = top["query_id"].map(value_of).notna().to_numpy()
+    item_pos = top["item_id"].map(index_of).fillna(-1).to_numpy(dtype=np.int64)
+    if ((item_pos < 0) & top["item_id"].map(value_of).notna().to_numpy() & q_ok).any():
+        return None, f"a result has a value of {attribute!r} that is not in the catalog: no desired share"
+    keep = q_ok & (item_pos >= 0)
+    kept = pd.DataFrame({"q": top["query_id"].to_numpy()[keep], "r": top["rank"].to_numpy()[keep],
+                         "i": item_pos[keep]}).sort_values(["q", "r"], kind="stable")
+    if not len(kept):
+        return None, "no query has a top-k result with a value"
+    qcode, qids = pd.factorize(kept["q"], sort=False)
+    pos = kept.groupby(qcode).cumcount().to_numpy()
+    mat = np.full((len(qids), int(pos.max()) + 1), -1, dtype=np.int64)
+    mat[qcode, pos] = kept["i"].to_numpy()
+    pool = RankingPool(items=mat, codes=all_codes[in_pool])
+    try:
+        res = ranking_fairness(np.where(mat >= 0, pool.codes[np.maximum(mat, 0)], -1), desired.to_numpy(dtype=float),
+                               groups=list(desired.index), k=k, pool=pool, n_boot=settings.n_boot,
+                               level=settings.level, seed=settings.seed, correction=settings.correction,
+                               alpha=settings.alpha)
+    except ParameterError as exc:
+        return None, str(exc)
+    res.per_query.insert(0, "query_id", np.asarray(qids, dtype=object))
+    return res, None
 
 
 def _embedded_items(items, attribute: str, status: pd.DataFrame) -> pd.DataFrame:

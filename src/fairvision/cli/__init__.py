@@ -44,7 +44,7 @@ audit_app = typer.Typer(
 )
 app.add_typer(audit_app, name="audit")
 
-COMMAND_MODULES = ("dataset", "skin", "model", "retrieval", "diagnose", "demo", "score", "store", "generative",
+COMMAND_MODULES = ("dataset", "skin", "model", "classifier", "retrieval", "diagnose", "demo", "score", "store", "generative",
                    "transfer", "vlm", "curate", "doctor")
 
 

@@ -141,7 +141,7 @@ class _Harness:
         return [gmap[i] for i in ids]
 
 
-@with_settings("alpha", "correction", "seed", "workers", "engine", "address", alpha=0.01)
+@with_settings("alpha", "correction", "seed", "n_boot", "level", "workers", "engine", "address", alpha=0.01)
 def audit_retrieval_cmd(
     outdir: Path = typer.Option(Path("fairvision-retrieval-report"), "--output", "-o", "--out", help="Output folder for report.html, report.json and tables/ (written atomically)."),
     attr: Optional[str] = typer.Option(None, "--attr", "-a", help="Protected attribute column of the item table (default with --measure-skin: st_class)."),
@@ -163,13 +163,13 @@ def audit_retrieval_cmd(
     no_store: bool = NO_STORE_OPTION,
     title: str = typer.Option("Retrieval audit", "--title", help="Report title."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars on stderr (off a terminal: one line per finished stage)."),
-    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_p<0.01', 'min_nrr<0.8', 'n_unfair>0' (repeat for several)."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'omnibus_p<0.01', 'min_nrr<0.8', 'n_unfair>0', 'ndkl>0.2', 'max_skew>0.5' (repeat for several)."),
     missing: Optional[str] = typer.Option(None, "--missing", help="Items with an empty attribute cell: 'error' (stop, naming the row; the default), 'drop' (leave them out; the default with --measure-skin, where images without a measurable face have no class, as in the paper), 'keep' (a value of its own)."),
     settings: AuditSettings = None,
 ):
     """Test whether the protected attribute of a query leaks into its top-K results (distribution parity).
 
-    Writes the contingency table, the omnibus (top-K set and per rank) and per-value contrast tests with risk ratios, 95% CIs and the 80% rule, and a power analysis (power curves, detectable bias, and whether the catalog is large enough), as report.html / report.json / tables/*.parquet.
+    Writes the contingency table, the omnibus (top-K set and per rank) and per-value contrast tests with risk ratios, 95% CIs and the 80% rule, exposure and skew of the rankings (NDKL, MaxSkew@K, MinSkew@K, Skew@K and position-discounted attention per value, with query-bootstrap CIs), and a power analysis (power curves, detectable bias, and whether the catalog is large enough), as report.html / report.json / tables/*.parquet.
 
     Examples:
       fairvision audit retrieval --results run.csv --items items.csv \\
@@ -216,7 +216,12 @@ def audit_retrieval_cmd(
     gates = evaluate_conditions(conditions, audit.quantities()) if conditions else []
     paths = _write_report(audit, outdir, title, attr, k, gates, settings, extra)
     om = audit.parity.omnibus
-    lines = [cov.summary_line() for cov in (audit.coverage, audit.result_coverage) if cov is not None and cov.n_left_out]
+    rk = audit.ranking
+    ranking_line = ([f"NDKL {rk.summary.loc['ndkl', 'estimate']:.3g} (random ranking {rk.summary.loc['ndkl', 'random']:.3g}), "
+                     f"MaxSkew@{rk.k} {rk.summary.loc['max_skew', 'estimate']:.3g}, MinSkew@{rk.k} "
+                     f"{rk.summary.loc['min_skew', 'estimate']:.3g}; {int(rk.groups['flagged'].sum())} values with skewed "
+                     "exposure"] if rk is not None else [])
+    lines = ranking_line + [cov.summary_line() for cov in (audit.coverage, audit.result_coverage) if cov is not None and cov.n_left_out]
     done(paths, "\n".join([f"omnibus chi2({om.df}) = {om.statistic:.4g}, p = {om.pvalue:.3g} "
                            f"({'bias detected' if om.pvalue < settings.alpha else 'no bias detected'} at alpha "
                            f"{settings.alpha:g})", *lines]))
@@ -265,7 +270,7 @@ def _read_catalog(catalog: Optional[Path], attr: str):
 def _write_report(audit, outdir: Path, title: str, attr: str, k: int, gates: list, settings: AuditSettings, extra: dict):
     """Write report.html, report.json and the tables (and the extra files) of a retrieval audit."""
     from fairvision.report import Report
-    from fairvision.report.sections.retrieval import left_out_sections, retrieval_section
+    from fairvision.report.sections.retrieval import left_out_sections, ranking_section, retrieval_section
 
     report = Report(title=title, subtitle=f"attribute {attr!r}, top-{k}",
                     meta={"command": "audit retrieval", **audit.meta, "attribute": attr, "settings": settings.to_meta(),
@@ -274,6 +279,9 @@ def _write_report(audit, outdir: Path, title: str, attr: str, k: int, gates: lis
     for g in gates:
         section.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
     report.add(section)
+    ranking = ranking_section(audit)
+    if ranking is not None:
+        report.add(ranking)
     for extra_section in left_out_sections(audit):
         report.add(extra_section)
     return report.write(outdir, extra_files=extra or None)

@@ -11,7 +11,7 @@ import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
 from fairvision.audits.settings import AuditSettings
-from fairvision.cli import vlm_embed, vlm_vqa
+from fairvision.cli import vlm_embed, vlm_retrieval, vlm_vqa
 from fairvision.cli.common import check_outdir, check_output_file, done, exit_if_gates_failed
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError, ParameterError
@@ -215,7 +215,7 @@ def compare_cmd(
 
 vlm_app = typer.Typer(
     help="Probe a vision-language model: embed images and prompts, zero-shot labels by group, image variants and "
-         "the change between them, visual question answering.",
+         "the change between them, visual question answering, text-to-image retrieval skew.",
     no_args_is_help=True,
 )
 
@@ -303,4 +303,5 @@ def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     vlm_app.command("compare")(compare_cmd)
     vlm_embed.register(vlm_app)  # embed: model adapters
     vlm_vqa.register(vlm_app)  # vqa: question answering
+    vlm_retrieval.register(vlm_app)  # retrieval: text-to-image skew and exposure
     audit_app.add_typer(vlm_app, name="vlm")

@@ -75,6 +75,22 @@ _EXPORTS = {
     "detectable_nrr": "power",
     "detectable_curve": "power",
     "catalog_adequacy": "power",
+    # exposure and skew of rankings (docs/METHODS.md §8.5)
+    "ranking_fairness": "ranking",
+    "ranking_measures": "ranking",
+    "rank_discounts": "ranking",
+    "random_reference": "ranking",
+    "RankingFairness": "ranking",
+    # classifier rates and criteria (docs/METHODS.md §6.6)
+    "confusion_by_group": "rates",
+    "confusion_cells": "rates",
+    "confusion_replicates": "rates",
+    "one_vs_rest": "rates",
+    "rates_from_counts": "rates",
+    "rate_gap": "rates",
+    "roc_auc_by_group": "rates",
+    "threshold_sweep": "rates",
+    "default_thresholds": "rates",
     # bias diagnosis (docs/METHODS.md §7)
     "fpgrowth": "itemsets",
     "association_rules": "itemsets",

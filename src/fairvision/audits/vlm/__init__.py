@@ -7,6 +7,8 @@
 - :mod:`~fairvision.audits.vlm.vqa`: visual question answering by group (:func:`audit_vqa`), from
   :mod:`~fairvision.audits.vlm.vqa_asking` (asking), :mod:`~fairvision.audits.vlm.vqa_parsing` (parsing the
   answers) and :mod:`~fairvision.audits.vlm.vqa_statistics` (rates by group);
+- :mod:`~fairvision.audits.vlm.text_retrieval`: skew and exposure of the images that neutral text queries retrieve
+  (:func:`audit_text_retrieval`);
 - :mod:`~fairvision.audits.vlm.samples`: the sample-table checks the three share (:class:`SampleOptions`).
 
 Names are exported lazily (PEP 562): importing the question answering probe does not import OpenCV.
@@ -27,6 +29,8 @@ _EXPORTS = {
     "audit_vqa": "vqa",
     "VQAResult": "vqa",
     "TermOptions": "vqa_statistics",
+    "audit_text_retrieval": "text_retrieval",
+    "TextRetrievalResult": "text_retrieval",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fairvision.errors import ParameterError
+from fairvision.errors import ColumnError, InputFileError, ParameterError
 from fairvision.groups import subject_codes
 from fairvision.io.validate import check_missing_rule, check_unique_ids, missing_rows
 from fairvision.schema import Schema
@@ -79,3 +79,15 @@ def subject_clusters(data: pd.DataFrame, subject_col: str | None, source: str) -
     if subject_col is not None and subject_col not in data.columns:
         subject_col = None if subject_col == "subject_id" else subject_col
     return subject_codes(data, subject_col, source=source, rows_as_subjects=True), subject_col
+
+
+def align_embeddings(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.ndarray:
+    """Position of each sample's embedding among ``ids``; a sample without one is an error."""
+    if id_col not in data.columns:
+        raise ColumnError(f"samples: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
+    pos = pd.Index(ids).get_indexer(data[id_col].astype(str))
+    if (pos < 0).any():
+        bad = data[id_col].astype(str).to_numpy()[pos < 0]
+        raise InputFileError(f"{source}: no embedding for {id_col} {bad[0]!r}"
+                             + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "") + " of the sample table")
+    return pos

@@ -26,7 +26,7 @@ from fairvision.io.validate import require_columns
 from fairvision.audits.gates import quantity_key
 from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.audits.vlm.prompts import load_prompt_sets, pick_probe, read_text_embeddings
-from fairvision.audits.vlm.samples import SampleOptions, prepare_samples, subject_clusters
+from fairvision.audits.vlm.samples import SampleOptions, align_embeddings, prepare_samples, subject_clusters
 from fairvision.errors import ColumnError, InputFileError, ParameterError
 from fairvision.groups import Intersection, cell_counts, intersections
 from fairvision.io.embeddings import read_embeddings
@@ -196,7 +196,7 @@ def audit_vlm(
     probe = pick_probe(tlabels, sets, probe, source=txt_src)
     order = list(sets[probe]) if probe else list(dict.fromkeys(tlabels))
     data, schema, source, n_rows = prepare_samples(data, attrs, samples, max_k)
-    pos = _align(data, ids, samples.id_col, img_src)
+    pos = align_embeddings(data, ids, samples.id_col, img_src)
     labels, pred, sim = label_images(x[pos], t, tlabels, order, combine)
     clusters, _ = subject_clusters(data, samples.subject_col, source)
     preds, quantities, vals = _outcomes(data, labels, pred, sim, samples.id_col, true_col, source)
@@ -241,18 +241,6 @@ def label_images(images: np.ndarray, text: np.ndarray, text_labels: list[str], o
     else:
         raise ParameterError("combine", f"must be 'mean' or 'max', not {combine!r}")
     return labels, pred, sim
-
-
-def _align(data: pd.DataFrame, ids: list[str], id_col: str, source: str) -> np.ndarray:
-    """Position of each sample's embedding among ``ids``; a sample without one is an error."""
-    if id_col not in data.columns:
-        raise ColumnError(f"samples: no id column {id_col!r}; columns are {', '.join(map(str, data.columns))}")
-    pos = pd.Index(ids).get_indexer(data[id_col].astype(str))
-    if (pos < 0).any():
-        bad = data[id_col].astype(str).to_numpy()[pos < 0]
-        raise InputFileError(f"{source}: no embedding for {id_col} {bad[0]!r}"
-                             + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "") + " of the sample table")
-    return pos
 
 
 def _outcomes(data: pd.DataFrame, labels: list[str], pred: np.ndarray, sim: np.ndarray, id_col: str,

@@ -233,3 +233,74 @@ def add_findings(sec: Section, audit) -> None:
                         + ", ".join(group_text(attr, v) for v in small[:5]) + (", ..." if len(small) > 5 else "")
                         + f" (power below {audit.target_power:.0%})", "medium", target="catalog_size_check",
                         quantity="n_too_small_to_test", value=len(small))
+
+
+_RANKING_COLS = ["desired", "share", "share_ci_low", "share_ci_high", "skew", "skew_ci_low", "skew_ci_high",
+                 "exposure", "attention", "attention_ci_low", "attention_ci_high", "attention_ratio", "pool_share", "pvalue_adjusted",
+                 "attention_pvalue_adjusted", "flagged"]
+
+
+def add_ranking_blocks(sec: Section, ranking, attr: str, *, desired: str = "the catalog share") -> None:
+    """Key figures, group table, Skew@k forest plot and findings of a
+    :class:`fairvision.stats.ranking.RankingFairness` (docs/METHODS.md §8.5), added to ``sec``."""
+    summ, grp = ranking.summary, ranking.groups
+    level = f"{ranking.level:.0%}"
+    values = {}
+    for measure, label in (("ndkl", "NDKL"), ("max_skew", f"MaxSkew@{ranking.k}"), ("min_skew", f"MinSkew@{ranking.k}")):
+        row = summ.loc[measure]
+        values[label] = float(row["estimate"])
+        if np.isfinite(row["ci_low"]):
+            values[f"{label} {level} CI"] = f"{num(row['ci_low'])} to {num(row['ci_high'])}"
+        values[f"{label} of a random ranking"] = float(row["random"])
+    values["queries"] = ranking.n_queries
+    values["groups flagged"] = int(grp["flagged"].sum())
+    sec.metrics("ranking_overview", values,
+                caption=f"Means over queries with {level} query-bootstrap intervals ({ranking.n_boot:,} replicates); "
+                        "'random' is the mean of rankings drawn at random from the desired shares at the same depths.")
+    sec.table("ranking_groups", grp[[c for c in _RANKING_COLS if c in grp.columns]],
+              caption=f"Per {attr}: desired share ({desired}), mean top-{ranking.k} share with CI, Skew@{ranking.k} = "
+                      "ln(share / desired), position-discounted exposure and attention (exposure / Z) with CIs, the "
+                      "attention ratio (attention / desired; 1 at parity), and the corrected p-values of the "
+                      "permutation tests of share and attention against rankings that ignore the groups (the "
+                      f"groups shuffled over the pool, whose shares are pool_share; {ranking.correction}).",
+              highlight="flagged")
+    finite = grp[np.isfinite(grp["skew"].to_numpy(dtype=float))]
+    if len(finite):
+        plot_df = finite.copy()
+        plot_df.index = [group_text(attr, v) for v in finite.index]
+        fig = plots.forest(plot_df, estimate="skew", low="skew_ci_low", high="skew_ci_high", reference=0.0,
+                           flag="flagged", xlabel=f"Skew@{ranking.k} = ln(top-{ranking.k} share / desired share)",
+                           title=f"Skew of the top {ranking.k} per {attr}")
+        sec.figure("ranking_skew", fig, caption=f"Skew@{ranking.k} of the mean top-{ranking.k} share per {attr} with "
+                   f"{level} query-bootstrap CI; 0 is parity with {desired}; red: flagged after correction.",
+                   data=finite[["skew", "skew_ci_low", "skew_ci_high"]].reset_index().to_dict(orient="list"))
+    for value, row in grp.iterrows():
+        if not bool(row["flagged"]):
+            continue
+        p = float(np.nanmin([row["pvalue_adjusted"], row["attention_pvalue_adjusted"]]))
+        more = "more" if row["attention_ratio"] > 1 else "less"
+        sec.finding(f"{group_text(attr, value)} gets {more} of the top-{ranking.k} attention than {desired}: attention "
+                    f"ratio {num(row['attention_ratio'])}, Skew@{ranking.k} {num(row['skew'])}"
+                    f"{ci_text(row['skew_ci_low'], row['skew_ci_high'])} ({p_text(p)})", "high"
+                    if abs(1.0 - float(row["attention_ratio"])) >= 0.2 else "medium", target="ranking_groups",
+                    quantity=f"attention_ratio.{value}", value=row["attention_ratio"], pvalue=p,
+                    size=min(1.0, abs(1.0 - float(row["attention_ratio"]))))
+
+
+def ranking_section(audit, *, title: str = "Exposure and skew of the rankings") -> Section | None:
+    """Section of the exposure and skew of a retrieval audit's rankings (docs/METHODS.md §8.5); None when the
+    audit has neither them nor a reason why not."""
+    if audit.ranking is None and not audit.ranking_note:
+        return None
+    sec = Section("retrieval-ranking", title, intro=(
+        f"How the top-{audit.parity.k} results of each query share their positions among the values of "
+        f"{audit.attribute!r}, against the catalog's shares (Geyik et al. 2019, as used for CLIP by debias-vision-lang; "
+        "docs/METHODS.md §8.5): NDKL (rank-discounted KL divergence of every top-i distribution from the catalog's), "
+        "Skew@k = ln(top-k share / catalog share) with MaxSkew@k and MinSkew@k, and exposure with the 1/log2(1 + rank) "
+        "discount. A value absent from a query's top k counts as 1/k of it in Skew@k. Results without a value are "
+        "skipped and the ranks below them move up."))
+    if audit.ranking is None:
+        sec.note(f"Exposure and skew not computed: {audit.ranking_note}.", level="warning")
+        return sec
+    add_ranking_blocks(sec, audit.ranking, audit.attribute)
+    return sec
