@@ -81,6 +81,14 @@ _EXPORTS = {
     "rank_discounts": "ranking",
     "random_reference": "ranking",
     "RankingFairness": "ranking",
+    # planning a model audit (docs/METHODS.md §6.7)
+    "planning_alpha": "power_model",
+    "effective_n": "power_model",
+    "detectable_mean_difference": "power_model",
+    "mean_difference_power": "power_model",
+    "detectable_rate_difference": "power_model",
+    "plan_model_audit": "power_model",
+    "catalog_plan": "power_model",
     # classifier rates and criteria (docs/METHODS.md §6.6)
     "confusion_by_group": "rates",
     "confusion_cells": "rates",
