@@ -5,10 +5,12 @@ two engines (:mod:`fairvision.engine.dispatch`): ``local``, a process pool on
 this machine (:mod:`fairvision.engine.pool`: chunking, ordered or unordered
 results, a progress callback, per-item failures captured as :class:`Failure`
 values, and a worker initialiser that builds a model once per process), or
-``ray``, the same contract on Ray Data actors (:mod:`fairvision.engine.ray_engine`,
-an optional extra). :mod:`fairvision.engine.cache` makes the content keys and
-code signatures under which the results store (:mod:`fairvision.io.store`)
-keeps finished items, so an interrupted batch run resumes where it stopped.
+``ray``, the same contract on Ray actors that each process keeps and reuses
+across calls, with batches sized by work (:mod:`fairvision.engine.ray_engine`, an
+optional extra; :func:`fairvision.engine.ray_engine.close_pools` ends them).
+:mod:`fairvision.engine.cache` makes the content keys and code signatures under
+which the results store (:mod:`fairvision.io.store`) keeps finished items, so an
+interrupted batch run resumes where it stopped.
 """
 
 from fairvision.engine.cache import content_key, file_signature, source_signature

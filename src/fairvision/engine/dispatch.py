@@ -1,9 +1,10 @@
-"""One execution interface, two engines: ``local`` (the process pool) and ``ray`` (Ray Data).
+"""One execution interface, two engines: ``local`` (the process pool) and ``ray`` (Ray actors kept per process).
 
 :func:`imap` takes the options of :func:`fairvision.engine.pool.imap` plus
 ``engine`` and ``address`` and yields the same :class:`Outcome` values from
 either engine: failures as values, ordered or unordered, the progress callback
-per outcome, the initialiser once per worker (process or Ray actor).
+per outcome, the initialiser once per worker (process or Ray actor; Ray's actors,
+with what their initialiser built, are reused by later calls of the same process).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def imap(
         As :func:`fairvision.engine.pool.imap`.
     engine : {"local", "ray"}
         ``local`` (default): the process pool of this machine, no set-up.
-        ``ray``: Ray Data actors (:func:`fairvision.engine.ray_engine.imap`);
-        needs the ``ray`` extra.
+        ``ray``: Ray actors kept per process, batches sized by work
+        (:func:`fairvision.engine.ray_engine.imap`); needs the ``ray`` extra.
     address : str, optional
         Ray cluster address (``ray`` only); None starts a local Ray instance
         (or uses ``RAY_ADDRESS`` when set).

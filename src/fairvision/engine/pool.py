@@ -204,6 +204,26 @@ def auto_chunksize(n: int, workers: int) -> int:
     return max(1, min(64, n // (workers * 8) or 1))
 
 
+def chunk_sizes(n: int, workers: int, size: int | None = None) -> list[int]:
+    """Sizes of the chunks :func:`imap` cuts ``n`` items into.
+
+    An explicit ``size`` is taken as given (the last chunk holds the rest). Otherwise chunks are "guided":
+    :func:`auto_chunksize` items each while plenty remain, then about a quarter of the remaining items per
+    worker, down to single items, so that the workers run out of work together instead of one of them finishing
+    a full-size last chunk while the others wait (on 540 photos and 2 workers, a 33-image chunk is about half a
+    second of one idle core).
+    """
+    if size is not None:
+        return [min(size, n - i) for i in range(0, n, size)]
+    cap = auto_chunksize(n, workers)
+    sizes, left = [], n
+    while left > 0:
+        s = max(1, min(cap, -(-left // (4 * workers))))
+        sizes.append(s)
+        left -= s
+    return sizes
+
+
 def _context(start_method: str | None, preload: Sequence[str] = ()):
     if start_method is None:
         # fork is fastest, but only safe before this process started model threads
@@ -260,7 +280,8 @@ def imap(
         Worker processes; ``<= 1`` runs in this process. ``0`` or ``None``
         are not special: use :func:`default_workers` for "all CPUs".
     chunksize : int, optional
-        Items per task; default about 8 chunks per worker, at most 64 items.
+        Items per task; default guided (:func:`chunk_sizes`): about 8 chunks per worker, at most 64 items,
+        then shorter chunks towards the end so that the workers finish together.
     ordered : bool
         Yield in input order (buffering early finishers) or as completed.
     initializer, initargs
@@ -308,10 +329,13 @@ def imap(
                     progress(outcome)
                 yield outcome
         return
-    size = int(chunksize) if chunksize else auto_chunksize(n, workers)
-    if size < 1:
+    size = int(chunksize) if chunksize else None
+    if size is not None and size < 1:
         raise FairvisionError(f"chunksize must be at least 1, got {chunksize}")
-    chunks = [indexed[i : i + size] for i in range(0, n, size)]
+    chunks, start = [], 0
+    for s in chunk_sizes(n, workers, size):
+        chunks.append(indexed[start : start + s])
+        start += s
     limit = max_in_flight or 4 * workers
     ctx = _context(start_method, preload)
     emit = Reorderer(ordered, progress).emit
