@@ -1,248 +1,233 @@
-"""Benchmark: the automatic skin pipeline (decode, mask, measure) on the 62 CC0 portraits.
+"""Benchmark: ``fairvision skin measure`` end to end, against the peer tool stone and against its own results store.
 
-Side by side in one run, every contender in a fresh interpreter whose imports
-are done before the clock starts (model construction and loading are timed):
+Whole command lines, Python start-up and imports included, timed from outside: wall clock, and CPU (user + system
+of the command and every process it waited for, from ``getrusage(RUSAGE_CHILDREN)``). The contenders run in turn,
+A B A B ... (the order flips every round), and each ratio is the median of the per-round ratios, so a machine
+whose speed drifts (a shared one) moves both sides of a pair alike. Native thread pools are pinned to one
+thread on both sides (``OMP_NUM_THREADS`` and friends).
 
-1. fairvision's pipeline, ``measure_images(folder)`` on 2 workers (worker pool
-   start-up included);
-2. the naive baseline: one process, PIL decoding (+ EXIF transpose), then the
-   same mask and estimator image after image; its results must equal (1);
-3. the peer tool stone (PyPI ``skin-tone-classifier``, OpenCV Haar faces), single
-   worker, in its own virtualenv ``$FAIRVISION_STONE_VENV`` (default
-   ``/tmp/stone-venv``), if it exists. Set it up with ``python3 -m venv
-   /tmp/stone-venv && /tmp/stone-venv/bin/pip install skin-tone-classifier
-   "opencv-python<5"`` (OpenCV 5 dropped the ``CascadeClassifier`` stone uses).
+Three ratios:
 
-Also: both command lines end to end (Python start-up and imports included),
-(1) without the estimator's bootstrap stability (``n_boot=0``; same
-estimates) to show where the time goes, a per-stage breakdown in one process,
-and decoding alone, OpenCV vs PIL. Prints images/s, faces found and ratios.
-Not a test.
+1. the 540 bundled FairFace photos: ``fairvision skin measure <folder> -j 2 --no-store`` vs
+   ``stone -i <folder> -t color --n_workers 2`` (target >= 3x, with >= 530 photos measured);
+2. the 62 bundled portraits, the same two commands (target > 1x: start-up must not dominate small runs);
+3. the results store at 540 photos: a second run whose every result comes from the store vs a cold run into an
+   empty store (target >= 20x). Also printed: the same ratio inside one process (``measure_images`` alone,
+   without the interpreter's start-up and imports), which is what the store itself controls.
 
-Usage: ``python benchmarks/bench_skin_pipeline.py [--workers 2] [--method thong] [--repeat 2]``
+stone (PyPI ``skin-tone-classifier``, OpenCV Haar faces) runs from its own virtualenv ``$FAIRVISION_STONE_VENV``
+(default ``/tmp/stone-venv``): ``python3 -m venv /tmp/stone-venv && /tmp/stone-venv/bin/pip install
+skin-tone-classifier "opencv-python<5"`` (OpenCV 5 dropped the ``CascadeClassifier`` stone uses). Without it
+the store ratio is still measured.
+
+``--stages`` adds where a worker's time goes per image (decode, face mesh + mask, colour estimate) in one
+process. Not a test.
+
+Usage: ``python benchmarks/bench_skin_pipeline.py [--rounds 5] [--workers 2] [--stages]``
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import re
+import resource
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+DATA = Path(__file__).resolve().parents[1] / "src" / "fairvision" / "datasets" / "data"
+#: native thread pools pinned alike for both tools
+THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")}
+TARGETS = {"fairface": 3.0, "portraits": 1.0, "store": 20.0}
 
-STONE_SCRIPT = r"""
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
+    """Run ``cmd``; (wall s, CPU s of it and its waited-for descendants, stdout). A failed run is an error."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout
+
+
+def fairvision_cmd(folder: Path, out: Path, workers: int, store: Path | None) -> list[str]:
+    cmd = [sys.executable, "-m", "fairvision", "skin", "measure", str(folder), "-o", str(out), "-j", str(workers),
+           "--no-progress"]
+    return cmd + (["--store", str(store)] if store is not None else ["--no-store"])
+
+
+def measured(stdout: str) -> tuple[int, int, int]:
+    """(images, measured, from the store) from the command's summary line."""
+    m = re.search(r"([\d,]+) images: ([\d,]+) measured", stdout)
+    s = re.search(r"\(([\d,]+) from the store\)", stdout)
+    num = lambda x: int(x.replace(",", ""))  # noqa: E731
+    return num(m.group(1)), num(m.group(2)), num(s.group(1)) if s else 0
+
+
+def stone_faces(outdir: Path) -> int:
+    """Images in which stone found a face (its result.csv: one row per face, face id NA when none)."""
+    with open(outdir / "result.csv", newline="") as fh:
+        return len({row["file"] for row in csv.DictReader(fh) if row.get("face id") not in (None, "", "NA")})
+
+
+def paired(rounds: int, a, b) -> dict:
+    """Run ``a()`` and ``b()`` in turn (order flipped every round); each returns (wall, cpu, info)."""
+    runs = {"a": [], "b": []}
+    for r in range(rounds):
+        for side in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            runs[side].append((a if side == "a" else b)())
+    ratio = lambda k: statistics.median(y[k] / x[k] for x, y in zip(runs["a"], runs["b"]))  # noqa: E731
+    med = lambda side, k: statistics.median(x[k] for x in runs[side])  # noqa: E731
+    return {"a_wall": med("a", 0), "a_cpu": med("a", 1), "b_wall": med("b", 0), "b_cpu": med("b", 1),
+            "wall": ratio(0), "cpu": ratio(1), "a_info": runs["a"][-1][2], "b_info": runs["b"][-1][2]}
+
+
+def report(name: str, res: dict, a: str, b: str, target: float) -> None:
+    ok = lambda x: "met" if x >= target else "NOT met"  # noqa: E731
+    print(f"  {name}: {a} {res['a_wall']:.2f} s wall / {res['a_cpu']:.2f} s CPU; {b} {res['b_wall']:.2f} s wall / "
+          f"{res['b_cpu']:.2f} s CPU")
+    print(f"    ratio {b} / {a} (median of pairs): wall {res['wall']:.2f}x ({ok(res['wall'])}), "
+          f"CPU {res['cpu']:.2f}x ({ok(res['cpu'])}) [target {'>=' if target > 1 else '>'} {target:g}x]")
+
+
+def versus_stone(folder: Path, rounds: int, workers: int, env: dict, tmp: Path) -> dict | None:
+    stone = Path(os.environ.get("FAIRVISION_STONE_VENV", "/tmp/stone-venv")) / "bin" / "stone"
+    if not stone.is_file():
+        print(f"  {folder.name}: stone UNAVAILABLE (no {stone}; set FAIRVISION_STONE_VENV)")
+        return None
+
+    def ours():
+        wall, cpu, out = timed(fairvision_cmd(folder, tmp / "fv.parquet", workers, None), env)
+        n, m, _ = measured(out)
+        return wall, cpu, f"{m}/{n} measured"
+
+    def theirs():
+        shutil.rmtree(tmp / "stone", ignore_errors=True)
+        wall, cpu, _ = timed([str(stone), "-i", str(folder), "-t", "color", "-o", str(tmp / "stone"),
+                              "--n_workers", str(workers)], env)
+        return wall, cpu, f"a face in {stone_faces(tmp / 'stone')} images"
+
+    ours(), theirs()  # warm-up (file cache, bytecode), not counted
+    return paired(rounds, ours, theirs)
+
+
+def store_runs(folder: Path, rounds: int, workers: int, env: dict, tmp: Path) -> dict:
+    warm_store, cold_store = tmp / "store-warm", tmp / "store-cold"
+    timed(fairvision_cmd(folder, tmp / "w.parquet", workers, warm_store), env)  # fills it
+
+    def cold():
+        shutil.rmtree(cold_store, ignore_errors=True)
+        wall, cpu, out = timed(fairvision_cmd(folder, tmp / "c.parquet", workers, cold_store), env)
+        return wall, cpu, "{1}/{0} measured".format(*measured(out))
+
+    def warm():
+        wall, cpu, out = timed(fairvision_cmd(folder, tmp / "w.parquet", workers, warm_store), env)
+        n, _, hits = measured(out)
+        return wall, cpu, f"{hits}/{n} from the store"
+
+    warm()
+    return paired(rounds, warm, cold)
+
+
+IN_PROCESS = r"""
 import json, sys, time
-import stone
-files = json.loads(sys.argv[1])
-stone.process(files[0], image_type="color")  # warm-up (lazy loads), not timed
-t = time.perf_counter()
-found = 0
-for f in files:
-    r = stone.process(f, image_type="color")
-    faces = [x for x in r.get("faces", []) if x.get("face_id") not in (None, "NA")]
-    found += bool(faces)
-dt = time.perf_counter() - t
-print(json.dumps({"seconds": dt, "found": found, "n": len(files)}))
+from fairvision.audits.settings import AuditSettings
+from fairvision.skin.batch import measure_images
+folder, store, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+out = []
+for _ in range(2):
+    t = time.perf_counter()
+    measure_images(folder, settings=AuditSettings(workers=workers), store=store, progress=False)
+    out.append(time.perf_counter() - t)
+print(json.dumps(out))
 """
 
 
-def run_stone(files: list[str]) -> dict | None:
-    venv = Path(os.environ.get("FAIRVISION_STONE_VENV", "/tmp/stone-venv"))
-    py = venv / "bin" / "python"
-    if not py.is_file():
-        print(f"stone: UNAVAILABLE (no virtualenv at {venv}; set FAIRVISION_STONE_VENV)")
-        return None
-    proc = subprocess.run([str(py), "-c", STONE_SCRIPT, json.dumps(files)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        print(f"stone: UNAVAILABLE (its run failed: {last})")
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def store_in_process(folder: Path, workers: int, env: dict, tmp: Path, rounds: int) -> tuple[float, float, float]:
+    """(cold s, second run s, median ratio) of ``measure_images`` alone, a fresh store per round."""
+    pairs = []
+    for r in range(rounds):
+        store = tmp / f"store-inproc-{r}"
+        _, _, out = timed([sys.executable, "-c", IN_PROCESS, str(folder), str(store), str(workers)], env)
+        pairs.append(json.loads(out.strip().splitlines()[-1]))
+    return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+            statistics.median(p[0] / p[1] for p in pairs))
 
 
-def naive(paths: list[str], method: str) -> list:
-    """The baseline: PIL decoding and a plain loop in one process."""
-    from PIL import Image, ImageOps
-
-    from fairvision.skin.masks import skin_mask
-    from fairvision.skin import measure
-
-    out = []
-    for p in paths:
-        with Image.open(p) as im:
-            img = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-        m = skin_mask(img)
-        out.append(measure(img, mask=m.mask, method=method) if m.ok else None)
-    return out
-
-
-def _child(mode: str, method: str, workers: int) -> None:
-    """Run one contender in this (fresh) interpreter and print JSON."""
-    paths = json.loads(sys.stdin.read())
-    from fairvision.audits.settings import AuditSettings
-    from fairvision.skin.batch import MeasureParams, measure_images
-    from fairvision.vision.model_cache import preload_face_models
-
-    preload_face_models("mediapipe")  # imports only, outside the clock
-    stamps: list[float] = []
-    t = time.perf_counter()
-    if mode == "naive":
-        res = naive(paths, method)
-        rows = [[r.L, r.hue, r.ita] if r is not None and r.ok else None for r in res]
-    else:
-        params = MeasureParams(method=method, measure_options={"n_boot": 0} if mode == "fast-noboot" else None)
-        df = measure_images(
-            paths, params=params, settings=AuditSettings(workers=workers), categories=False,
-            progress=lambda done, total: stamps.append(time.perf_counter()),
-        )
-        rows = [[r.L, r.hue, r.ita] if r.ok else None for r in df.itertuples()]
-    dt = time.perf_counter() - t
-    k = min(2 * workers, len(paths) - 2)  # steady state: after pool start-up and model loading
-    steady = (len(stamps) - 1 - k) / (stamps[-1] - stamps[k]) if len(stamps) > k + 1 else None
-    first = stamps[0] - t if stamps else None
-    print(json.dumps({"seconds": dt, "rows": rows, "steady": steady, "first": first}))
+STAGES = r"""
+import json, os, sys, time
+from fairvision.engine.pool import limit_threads
+limit_threads(1)
+from fairvision.io.images import read_image
+from fairvision.skin.masks import skin_mask
+from fairvision.skin import measure
+from fairvision.vision.facemesh import face_landmarks
+folder = sys.argv[1]
+paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.lower().endswith((".jpg", ".jpeg", ".png")))
+skin_mask(read_image(paths[0]), faces="largest")  # models built outside the clock
+t0 = time.process_time(); imgs = [read_image(p) for p in paths]
+t1 = time.process_time(); [face_landmarks(i) for i in imgs]
+t2 = time.process_time(); masks = [skin_mask(i, faces="largest", detector_fallback=False) for i in imgs]
+t3 = time.process_time(); [measure(i, mask=m.mask) for i, m in zip(imgs, masks) if m.ok]
+t4 = time.process_time()
+n, k = len(paths), sum(m.ok for m in masks)
+print(json.dumps({"decode": (t1 - t0) / n, "mesh": (t2 - t1) / n, "mask": (t3 - t2 - (t2 - t1)) / n,
+                  "measure": (t4 - t3) / max(k, 1)}))
+"""
 
 
-def run_child(mode: str, paths: list[str], method: str, workers: int) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", mode, "--method", method, "--workers", str(workers)],
-        input=json.dumps(paths), capture_output=True, text=True,
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode} run failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def cli_times(folder: Path, workers: int, repeat: int) -> tuple[float, float | None]:
-    """Whole command lines, Python start-up and imports included: fairvision vs stone (1 worker)."""
-    import tempfile
-
-    stone_bin = Path(os.environ.get("FAIRVISION_STONE_VENV", "/tmp/stone-venv")) / "bin" / "stone"
-    ours, theirs = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(repeat):
-            t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "fairvision", "skin", "measure", str(folder), "-o", f"{tmp}/s.parquet",
-                            "-j", str(workers), "--no-progress", "--no-store"], check=True, capture_output=True)
-            ours.append(time.perf_counter() - t)
-            if stone_bin.is_file():
-                t = time.perf_counter()
-                proc = subprocess.run([str(stone_bin), "-i", str(folder), "-t", "color", "-o", f"{tmp}/stone",
-                                       "--n_workers", "1"], capture_output=True)
-                if proc.returncode == 0:
-                    theirs.append(time.perf_counter() - t)
-    return min(ours), (min(theirs) if theirs else None)
-
-
-def stages(paths: list[str], method: str) -> dict:
-    from fairvision.io.images import read_image
-    from fairvision.skin.masks import skin_mask
-    from fairvision.skin import measure
-
-    skin_mask(read_image(paths[0]))  # build the mesh outside the clock
-    t0 = time.perf_counter()
-    imgs = [read_image(p) for p in paths]
-    t1 = time.perf_counter()
-    masks = [skin_mask(i) for i in imgs]
-    t2 = time.perf_counter()
-    for i, m in zip(imgs, masks):
-        if m.ok:
-            measure(i, mask=m.mask, method=method)
-    t3 = time.perf_counter()
-    n = len(paths)
-    return {"decode_ms": (t1 - t0) / n * 1e3, "mask_ms": (t2 - t1) / n * 1e3, "measure_ms": (t3 - t2) / n * 1e3}
-
-
-def decode_compare(paths: list[str], repeat: int) -> tuple[float, float]:
-    """ms per image: fairvision.io.images.read_image (OpenCV) vs PIL + exif_transpose; pixels must agree."""
-    from PIL import Image, ImageOps
-
-    from fairvision.io.images import read_image
-
-    def pil(p):
-        with Image.open(p) as im:
-            return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-
-    for p in paths[:10]:
-        a, b = read_image(p), pil(p)
-        assert a.shape == b.shape and np.abs(a.astype(int) - b.astype(int)).max() <= 2
-    best = []
-    for fn in (read_image, pil):
-        runs = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            for p in paths:
-                fn(p)
-            runs.append(time.perf_counter() - t)
-        best.append(min(runs) / len(paths) * 1e3)
-    return best[0], best[1]
+def stages(folder: Path, env: dict) -> None:
+    _, _, out = timed([sys.executable, "-c", STAGES, str(folder)], env)
+    s = json.loads(out.strip().splitlines()[-1])
+    print(f"  {folder.name}, CPU per image in one process: decode {s['decode'] * 1e3:.1f} ms, face mesh "
+          f"{s['mesh'] * 1e3:.1f} ms, mask from the landmarks {s['mask'] * 1e3:.1f} ms, colour estimate (thong) "
+          f"{s['measure'] * 1e3:.1f} ms")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--folder", default=None, help="image folder (default: the bundled portraits)")
+    ap.add_argument("--rounds", type=int, default=5, help="counted pairs of runs per ratio (after one warm-up)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--method", default="thong")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of each contender; the fastest counts")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--only", choices=("fairface", "portraits", "store"), action="append",
+                    help="measure only this ratio (repeatable)")
+    ap.add_argument("--stages", action="store_true", help="also print the per-image CPU of each stage")
     args = ap.parse_args()
-    if args.child:
-        _child(args.child, args.method, args.workers)
-        return 0
-
-    from fairvision.datasets import demo_path, from_folder
-
-    folder = Path(args.folder) if args.folder else demo_path("portraits")
-    paths = list(from_folder(folder).image_path)
-    n = len(paths)
-    load0 = os.getloadavg()[0]
-
-    fast = [run_child("fast", paths, args.method, args.workers) for _ in range(args.repeat)]
-    naive_runs = [run_child("naive", paths, args.method, 1) for _ in range(args.repeat)]
-    noboot = [run_child("fast-noboot", paths, args.method, args.workers) for _ in range(args.repeat)]
-    stone = run_stone(paths)
-    cli_ours, cli_stone = cli_times(folder, args.workers, args.repeat)
-    st = stages(paths, args.method)
-    dec_cv, dec_pil = decode_compare(paths, args.repeat)
-
-    # fast and naive must agree: same faces found, same numbers; n_boot changes no estimate
-    rows_f, rows_n, rows_b = fast[0]["rows"], naive_runs[0]["rows"], noboot[0]["rows"]
-    ok_f = np.array([r is not None for r in rows_f])
-    assert np.array_equal(ok_f, [r is not None for r in rows_n]), "fast and naive pipelines found different faces"
-    arr = lambda rows: np.array([r if r is not None else [np.nan] * 3 for r in rows], dtype=float)  # noqa: E731
-    assert np.allclose(arr(rows_f), arr(rows_n), atol=1e-3, equal_nan=True), "fast and naive results differ"
-    assert np.allclose(arr(rows_f), arr(rows_b), atol=1e-9, equal_nan=True), "n_boot changed an estimate"
-
-    tf = min(r["seconds"] for r in fast)
-    tn = min(r["seconds"] for r in naive_runs)
-    tb = min(r["seconds"] for r in noboot)
-    found = int(ok_f.sum())
-    print(f"skin pipeline on {n} images of {folder} (estimator {args.method}); "
-          f"load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end, {os.cpu_count()} CPUs")
-    print(f"  fairvision, {args.workers} workers   : {n / tf:6.1f} images/s ({tf:.2f} s incl. pool start and model loading), "
-          f"faces found in {found}/{n}")
-    best = min(fast, key=lambda r: r["seconds"])
-    print(f"    first result after      : {best['first']:6.2f} s (pool start, model construction, first image)")
-    print(f"    steady state            : {max(r['steady'] for r in fast):6.1f} images/s (after the first {2 * args.workers} images)")
-    print(f"  naive loop, 1 process     : {n / tn:6.1f} images/s ({tn:.2f} s), faces found in {found}/{n} (results equal)")
-    print(f"  speed-up vs naive         : {tn / tf:6.2f}x")
-    if stone is not None:
-        ts = stone["seconds"]
-        print(f"  stone, 1 worker           : {n / ts:6.1f} images/s ({ts:.2f} s, its model warm), faces found in {stone['found']}/{n}")
-        print(f"  fairvision / stone        : {ts / tf:6.2f}x images/s; {found} vs {stone['found']} faces")
-    cli_line = f"  command line, end to end  : fairvision {n / cli_ours:5.1f} images/s ({cli_ours:.2f} s)"
-    if cli_stone is not None:
-        cli_line += f" vs stone {n / cli_stone:5.1f} images/s ({cli_stone:.2f} s): {cli_stone / cli_ours:.2f}x"
-    print(cli_line + " (Python start-up and imports included)")
-    print(f"  fairvision, n_boot=0      : {n / tb:6.1f} images/s (no bootstrap stability; same estimates)")
-    print(f"  per image, 1 process      : decode {st['decode_ms']:.1f} ms, mask {st['mask_ms']:.1f} ms "
-          f"(incl. loading dlib for the second chance), measure ({args.method}) {st['measure_ms']:.1f} ms")
-    print(f"  decode only               : OpenCV {dec_cv:.2f} ms vs PIL {dec_pil:.2f} ms per image ({dec_pil / dec_cv:.1f}x)")
-    print(f"  target >= 40 images/s     : {'met' if n / tf >= 40 else 'NOT met'}")
+    only = set(args.only or ("fairface", "portraits", "store"))
+    env = {**os.environ, **THREADS}
+    fairface, portraits = DATA / "fairface", DATA / "portraits"
+    print(f"skin measure, whole command lines, {args.workers} workers, {args.rounds} interleaved pairs; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (a shared machine moves both "
+          f"sides of a pair alike: quote the ratios)")
+    with tempfile.TemporaryDirectory(prefix="fairvision-bench-skin-") as tmp:
+        tmp = Path(tmp)
+        for name, folder in (("fairface", fairface), ("portraits", portraits)):
+            if name in only:
+                res = versus_stone(folder, args.rounds, args.workers, env, tmp)
+                if res is not None:
+                    report(f"{name} ({res['a_info']}; stone: {res['b_info']})", res, "fairvision", "stone",
+                           TARGETS[name])
+        if "store" in only:
+            res = store_runs(fairface, args.rounds, args.workers, env, tmp)
+            report(f"results store, fairface ({res['a_info']}; cold: {res['b_info']})", res, "second run",
+                   "cold run", TARGETS["store"])
+            cold, second, ratio = store_in_process(fairface, args.workers, env, tmp, args.rounds)
+            print(f"    inside one process (measure_images alone): cold {cold:.2f} s, second run {second:.3f} s, "
+                  f"{ratio:.1f}x")
+        if args.stages:
+            for folder in (fairface, portraits):
+                stages(folder, env)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 
 

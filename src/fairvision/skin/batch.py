@@ -10,9 +10,9 @@ What each image gets is a :class:`MeasureParams`; the tables in and out are
 
 - Parallel: a local process pool (:mod:`fairvision.engine`) of single-threaded
   workers that build the face mesh once each. Images the mesh misses get their
-  second chance (face detector + dlib's 68 landmarks) at the end, in one worker,
-  so dlib's model (about 0.5 s to load) is loaded once per run, in the
-  background, and only when needed.
+  second chance (face detector + dlib's 68 landmarks) at the end, in a fresh
+  pool forked after dlib's model (about 0.5 s to load) was loaded here, so it
+  is loaded once per run, in the background, and only when needed.
 - Resumable (:class:`fairvision.io.store.ResultsStore`, stage ``skin``): each
   result is kept in the results store under a key made of the SHA-256 of the
   image's bytes, the supplied mask's (if any) and :func:`params_hash` (every
@@ -31,18 +31,20 @@ What each image gets is a :class:`MeasureParams`; the tables in and out are
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import importlib
 import os
 import re
+import sys
 import threading
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from fairvision import __version__
 from fairvision.engine import ExecutionSettings, check_engine, imap
@@ -175,11 +177,69 @@ def _store_ids(df: pd.DataFrame, mask_paths: list, phash: str) -> list[tuple[str
 # --------------------------------------------------------------------------- worker
 
 
+class _DeferredModule(types.ModuleType):
+    """Stands in for a module that an import asked for but never uses: the real module is imported on the first
+    attribute read (by then the stand-in has left ``sys.modules``, so that import is an ordinary one)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or sys.modules.get(self.__name__) is self:  # still standing in: not used then
+            raise AttributeError(name)
+        real = importlib.import_module(self.__name__)
+        try:
+            return getattr(real, name)
+        except AttributeError:  # a package's submodule not imported yet, or no such name
+            try:
+                return importlib.import_module(f"{self.__name__}.{name}")
+            except ModuleNotFoundError:
+                raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}") from None
+
+
+#: modules mediapipe's ``__init__`` imports that its face mesh never uses, with their cost (``python -X importtime``)
+_UNUSED_BY_THE_MESH = (
+    "matplotlib",  # with pyplot: 0.29 s, for a plotting helper of mediapipe's drawing_utils fairvision never calls
+    "matplotlib.pyplot",
+    "mediapipe.tasks",  # with tasks.python: 0.16 s, the Tasks API (audio, text, vision tasks), not the face mesh
+    "mediapipe.tasks.python",
+)
+
+
+@contextlib.contextmanager
+def _lean_mediapipe_import() -> Any:
+    """While mediapipe is imported: the modules of :data:`_UNUSED_BY_THE_MESH` not yet imported are stand-ins
+    (:class:`_DeferredModule`), which takes 0.45 s off the 0.54 s mediapipe takes to import, paid by every run that
+    measures skin. The stand-ins leave ``sys.modules`` as soon as the import is done, so any later import of those
+    modules gets the real ones; the modules left holding a stand-in (mediapipe's ``drawing_utils.plt`` and
+    ``mediapipe.tasks``) forward every attribute to the real module, imported then.
+    """
+    if "mediapipe" in sys.modules:
+        yield
+        return
+    stubs = {name: _DeferredModule(name) for name in _UNUSED_BY_THE_MESH if name not in sys.modules}
+    for name, stub in stubs.items():  # ``import a.b as c`` reads ``b`` off the package ``a``
+        parent, _, child = name.rpartition(".")
+        if parent in stubs:
+            setattr(stubs[parent], child, stub)
+    sys.modules.update(stubs)
+    try:
+        yield
+    finally:
+        for name, stub in stubs.items():
+            if sys.modules.get(name) is stub:
+                del sys.modules[name]
+        mp = sys.modules.get("mediapipe")
+        if mp is not None and "mediapipe.tasks" in stubs:
+            # the real package (an empty __init__), so that importing its submodules later does not rebind
+            # ``mediapipe.tasks``, which mediapipe binds to ``mediapipe.tasks.python`` (the stand-in, forwarding)
+            importlib.import_module("mediapipe.tasks")
+            mp.tasks = stubs["mediapipe.tasks.python"]
+
+
 def _init_worker(params: dict) -> None:
     """Build the face models once per process (construction is the slow part)."""
     mm = params["mask_method"]
     if mm in ("mediapipe", "auto"):
-        get_face_mesh(params["max_faces"], 0.5)
+        with _lean_mediapipe_import():
+            get_face_mesh(params["max_faces"], 0.5)
     if mm in ("dlib", "auto"):
         dlib_landmarks.get_model("detector")
         dlib_landmarks.get_model("predictor")
@@ -233,7 +293,7 @@ def _measure_one(task: dict) -> dict:
             min_pixels=params["min_pixels"], **extra,
         )
         if extra and mres.reason == "no face found":
-            return {"_retry": True}  # second chance later, in one worker (see _Batch.run)
+            return {"_retry": True}  # second chance later, in the second pool (see _Batch.run)
     meas = None
     if mres.ok:
         meas = measure(image, mask=mres.mask, method=params["method"], mask_trust=mres.trust, **params["measure_options"])
@@ -271,8 +331,13 @@ def _progress_reporter(progress, total: int):
             progress(state["done"], total)
 
         return cb, lambda: None
+    if not progress:
+        return None, lambda: None
+    from rich.console import Console  # lazy: rich.progress is 20-50 ms to import (measured), for a bar only
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     console = Console(stderr=True)
-    if not progress or not console.is_terminal:  # off a terminal a bar only leaves a blank line in the log
+    if not console.is_terminal:  # off a terminal a bar only leaves a blank line in the log
         return None, lambda: None
     bar = Progress(
         TextColumn("measuring skin colour"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -438,10 +503,11 @@ class _Batch:
         """Measure the tasks on the engine, keeping each result as it arrives.
 
         With a pool and the mediapipe mask, images the face mesh misses are set aside and given their second
-        chance (detector + dlib's 68 landmarks) at the end, by one worker: dlib's model takes ~0.5 s to load, so
-        it is loaded once, in this process, in the background (it releases the GIL) as soon as the first miss
-        shows up, and inherited by that worker. Ray actors are not forked from this process (a second pass
-        would start a new actor): they fall back in place.
+        chance (detector + dlib's 68 landmarks) at the end, by a second pool: dlib's model takes ~0.5 s of CPU to
+        load, so it is loaded once, in this process, in a background thread as soon as the first miss shows up
+        (it holds the GIL while it loads; the workers go on with the chunks already queued), and inherited by
+        every worker of the second pool, forked after it. Ray actors are not forked from this process (a second
+        pass would start a new actor): they fall back in place.
         """
         tasks, params = self.tasks, self.params
         engine, address, workers = ("local", None, DEFAULT_WORKERS) if settings is None else \
@@ -453,7 +519,8 @@ class _Batch:
             if params["mask_method"] in ("auto", "dlib"):  # needed from the start: load once, then fork
                 loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
                 loader.start()
-            preload_face_models(params["mask_method"])  # import once here; forked workers inherit the modules
+            with _lean_mediapipe_import():
+                preload_face_models(params["mask_method"])  # import once here; forked workers inherit the modules
             if loader is not None:
                 loader.join()
         callback, close = _progress_reporter(progress, len(tasks))
@@ -479,7 +546,8 @@ class _Batch:
             if retry:
                 loader.join()
                 second = [tasks[t] for t in retry]
-                for outcome in imap(_measure_one, second, workers=1, in_process=False, **run):
+                # every worker forked now inherits the model loaded here, so the second chances share the workers
+                for outcome in imap(_measure_one, second, workers=min(workers, len(second)), in_process=False, **run):
                     keep(retry[outcome.index], outcome)
         finally:
             close()
