@@ -20,7 +20,8 @@ from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.groups import intersections, sparse_membership, subject_codes
 from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID
 from fairvision.io.validate import check_unique_ids
-from fairvision.metrics.verification import cosine_scores, tar_at_far_by_group, weighted_tar_at_far
+from fairvision.metrics.verification import (cosine_scores, eer_threshold, tar_at_far, tar_at_far_by_group,
+                                             weighted_eer_threshold, weighted_tar_at_far)
 from fairvision.schema import Schema
 from fairvision.stats.resample import cluster_bootstrap
 
@@ -34,17 +35,23 @@ class VerificationAuditResult(SettingsView):
     groups : DataFrame
         One row per attribute set, group and FAR: ``intersection``, ``group``,
         ``far_target``, ``tar``, ``ci_low``, ``ci_high``, ``threshold``,
-        ``far`` (achieved), ``n_genuine``, ``n_impostor``, ``n_subjects``,
+        ``far`` (achieved), ``accuracy`` (genuine pairs accepted plus impostors
+        rejected at the threshold, over the group's pairs), ``n_genuine``, ``n_impostor``, ``n_subjects``,
         ``too_small``.
     summary : DataFrame
         One row per attribute set and FAR: worst and best group, ``min``,
         ``max``, ``difference`` (with ``difference_ci_low`` /
         ``difference_ci_high``) and ``ratio`` (min / max) among the groups with
-        at least ``min_subjects`` subjects.
+        at least ``min_subjects`` subjects; ``separated``: the worst group's CI
+        lies wholly below the best group's (the gap is flagged).
     overall : DataFrame
         TAR over all pairs at each FAR with its CI.
     settings : AuditSettings
         The settings the audit ran with (``min_subjects``, ``n_boot`` and ``level`` are also attributes).
+    coverage : Coverage or None
+        Samples left out (no embedding) when the pairs were built from a sample table, by group.
+    pair_rule : dict or None
+        How the pairs were built (:func:`audit_verification_samples`): columns, tone gap, cap, seed, counts.
     """
 
     fars: list[float]
@@ -58,6 +65,8 @@ class VerificationAuditResult(SettingsView):
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     overall: pd.DataFrame = field(default_factory=pd.DataFrame)
+    coverage: object = None
+    pair_rule: dict | None = None
 
     def to_frame(self) -> pd.DataFrame:
         """The group table."""
@@ -160,8 +169,11 @@ def audit_verification_pairs(
         Attributes that define the groups.
     far : sequence of float
         Target false accept rates (FHIBE: 0.001).
-    threshold : {"group", "global"}
-        Each group's own threshold (FHIBE) or one from all pairs.
+    threshold : {"group", "global", "eer"}
+        Each group's own threshold (FHIBE), one from all pairs at the FAR
+        (also the pairs of two different groups, which count for no group),
+        or one from all pairs at their equal error rate (``far`` is then
+        ignored and ``far_target`` holds the EER).
     subject_col : str or None
         Person of every sample (None: every sample its own person).
     embeddings : array_like (n, d), optional
@@ -194,8 +206,10 @@ def audit_verification_pairs(
         raise FairvisionError(f"{pairs_source}: TAR at FAR needs genuine and impostor pairs; all {len(genuine)} pairs are "
                               f"{'genuine' if genuine.all() else 'impostors'}")
     scored = _ScoredPairs(scores, genuine, subj[ia], subj[ib], int(subj.max()) + 1)
+    if threshold == "eer":  # one threshold at the equal error rate of all pairs; its FAR stands for the target
+        fars = [eer_threshold(scores, genuine)[1]]
     inters = intersections(data, list(attributes), max_k, schema, source=source)
-    overall = pd.DataFrame([_overall_row(scored, f, settings) for f in fars])
+    overall = pd.DataFrame([_overall_row(scored, f, settings, threshold) for f in fars])
     group_rows, summary_rows = [], []
     for inter in inters:
         for tbl, summary in _group_tars(scored, inter, ia, ib, len(data), fars, threshold, settings):
@@ -211,8 +225,8 @@ def audit_verification_pairs(
 
 def _check_fars(far: Sequence[float], threshold: str) -> list[float]:
     """The target FARs as floats, each in (0, 1); ``threshold`` one of ``group`` or ``global``."""
-    if threshold not in ("group", "global"):
-        raise ParameterError("threshold", f"must be 'group' or 'global', not {threshold!r}")
+    if threshold not in ("group", "global", "eer"):
+        raise ParameterError("threshold", f"must be 'group', 'global' or 'eer', not {threshold!r}")
     fars = [float(f) for f in far]
     if not fars:
         raise ParameterError("far", "is empty: give at least one false accept rate")
@@ -265,14 +279,32 @@ def _pair_scores(pairs: pd.DataFrame, embeddings, embedding_ids, pairs_source: s
     raise ColumnError(f"{pairs_source}: no score column and no embeddings to score the pairs")
 
 
-def _overall_row(scored: _ScoredPairs, far: float, settings: AuditSettings) -> dict:
+def _global_threshold(scored: _ScoredPairs, far: float, threshold: str) -> float:
+    """The one threshold of all pairs: at the FAR, or at the equal error rate."""
+    if threshold == "eer":
+        return eer_threshold(scored.scores, scored.genuine)[0]
+    return tar_at_far(scored.scores, scored.genuine, far).threshold
+
+
+def _overall_row(scored: _ScoredPairs, far: float, settings: AuditSettings, threshold: str = "group") -> dict:
     """TAR at FAR over all pairs, with its subject-bootstrap CI."""
     scores, genuine = scored.scores, scored.genuine
-    est = tar_at_far_by_group(scores, genuine, np.zeros(len(scores), int), far)
-    lo, hi, _, _ = _bootstrap(scored, [np.arange(len(scores))], far, "group", [], settings)
+    fixed = _global_threshold(scored, far, threshold)
+    est = tar_at_far_by_group(scores, genuine, np.zeros(len(scores), int), far, threshold="global",
+                              fixed_threshold=fixed)
+    lo, hi, _, _ = _bootstrap(scored, [np.arange(len(scores))], far, "group" if threshold != "eer" else "eer", [],
+                              settings, pool=np.arange(len(scores)))
+    ng, ni = int(genuine.sum()), int((~genuine).sum())
     return {"far_target": far, "tar": float(est["tar"].iloc[0]), "ci_low": lo[0], "ci_high": hi[0],
-            "threshold": float(est["threshold"].iloc[0]), "far": float(est["far"].iloc[0]), "n_genuine": int(genuine.sum()),
-            "n_impostor": int((~genuine).sum()), "n_subjects": scored.n_subjects}
+            "threshold": float(est["threshold"].iloc[0]), "far": float(est["far"].iloc[0]),
+            "accuracy": float(_accuracy(est["tar"].to_numpy(float), est["far"].to_numpy(float), ng, ni)[0]),
+            "n_genuine": ng, "n_impostor": ni, "n_subjects": scored.n_subjects}
+
+
+def _accuracy(tar, far, n_genuine, n_impostor):
+    """Share of pairs decided right at the threshold: genuine accepted plus impostors rejected, over all pairs."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (tar * n_genuine + (1 - far) * n_impostor) / (np.asarray(n_genuine) + np.asarray(n_impostor))
 
 
 def _group_tars(scored: _ScoredPairs, inter, ia, ib, n_rows: int, fars, threshold: str, settings: AuditSettings):
@@ -283,14 +315,20 @@ def _group_tars(scored: _ScoredPairs, inter, ia, ib, n_rows: int, fars, threshol
     members = [both.row[both.col == c] for c in range(inter.n_cells)]
     n_subjects = np.array([np.unique(np.r_[scored.sa[p], scored.sb[p]]).size for p in members])
     for f in fars:
-        est = tar_at_far_by_group(scored.scores[both.row], scored.genuine[both.row], both.col, f, threshold=threshold)
+        glob = _global_threshold(scored, f, threshold) if threshold != "group" else None
+        est = tar_at_far_by_group(scored.scores[both.row], scored.genuine[both.row], both.col, f,
+                                  threshold="group" if glob is None else "global", fixed_threshold=glob)
         est = est.reindex(range(inter.n_cells))
         est[["n_genuine", "n_impostor"]] = est[["n_genuine", "n_impostor"]].fillna(0).astype(int)
         big = (n_subjects >= settings.min_subjects) & est["tar"].notna().to_numpy()
-        lo, hi, dlo, dhi = _bootstrap(scored, members, f, threshold, np.flatnonzero(big), settings, pool=both.row)
+        lo, hi, dlo, dhi = _bootstrap(scored, members, f, threshold, np.flatnonzero(big), settings,
+                                      pool=np.arange(scored.scores.size))
         tbl = pd.DataFrame({"intersection": inter.name, "group": labels, "far_target": f, "tar": est["tar"].to_numpy(),
                             "ci_low": lo, "ci_high": hi, "threshold": est["threshold"].to_numpy(),
-                            "far": est["far"].to_numpy(), "n_genuine": est["n_genuine"].to_numpy(),
+                            "far": est["far"].to_numpy(),
+                            "accuracy": _accuracy(est["tar"].to_numpy(float), est["far"].to_numpy(float),
+                                                  est["n_genuine"].to_numpy(), est["n_impostor"].to_numpy()),
+                            "n_genuine": est["n_genuine"].to_numpy(),
                             "n_impostor": est["n_impostor"].to_numpy(), "n_subjects": n_subjects,
                             "too_small": n_subjects < settings.min_subjects})
         yield tbl, _summary(inter.name, f, tbl, big, dlo, dhi)
@@ -299,7 +337,7 @@ def _group_tars(scored: _ScoredPairs, inter, ia, ib, n_rows: int, fars, threshol
 def _summary(name: str, far: float, tbl: pd.DataFrame, big: np.ndarray, dlo: float, dhi: float) -> dict:
     row = {"intersection": name, "far_target": far, "n_groups": int(big.sum()), "worst_group": None, "best_group": None,
            "min": np.nan, "max": np.nan, "difference": np.nan, "difference_ci_low": dlo, "difference_ci_high": dhi,
-           "ratio": np.nan}
+           "ratio": np.nan, "separated": False}
     if big.sum() >= 2:  # a comparison needs two groups
         t = tbl["tar"].to_numpy(float)
         idx = np.flatnonzero(big)
@@ -307,7 +345,8 @@ def _summary(name: str, far: float, tbl: pd.DataFrame, big: np.ndarray, dlo: flo
         w, b = order[0], order[-1]
         lo, hi = t[w], t[b]
         row.update(worst_group=tbl["group"].iloc[w], best_group=tbl["group"].iloc[b], min=lo, max=hi,
-                   difference=hi - lo, ratio=(lo / hi) if hi > 0 else (1.0 if lo == 0 else np.nan))
+                   difference=hi - lo, ratio=(lo / hi) if hi > 0 else (1.0 if lo == 0 else np.nan),
+                   separated=bool(tbl["ci_high"].iloc[w] < tbl["ci_low"].iloc[b]))
     return row
 
 
@@ -344,11 +383,14 @@ def _bootstrap(scored: _ScoredPairs, members, far, threshold, compared, settings
         for c in range(0, w.shape[0], step):
             wc = w[c:c + step]
             pw = np.where(genuine[idx], wc[:, sa[idx]], wc[:, sa[idx]] * wc[:, sb[idx]])
-            _, out[c:c + step] = weighted_tar_at_far(scores[idx], genuine[idx], pw, far)
+            if threshold == "eer":
+                out[c:c + step], _ = weighted_eer_threshold(scores[idx], genuine[idx], pw)
+            else:
+                _, out[c:c + step] = weighted_tar_at_far(scores[idx], genuine[idx], pw, far)
         return out
 
     def statistic(w):
-        thr = glob_thr(w) if threshold == "global" else None
+        thr = glob_thr(w) if threshold in ("global", "eer") else None
         cols = [tar_of(idx, w, thr) if idx.size else np.full(w.shape[0], np.nan) for idx in members]
         t = np.column_stack(cols) if cols else np.zeros((w.shape[0], 0))
         if len(compared) >= 2:

@@ -16,7 +16,8 @@ import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
 from fairvision.audits.settings import AuditSettings
-from fairvision.cli.common import check_outdir, check_output_file, done, exit_if_gates_failed
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done,
+                                  exit_if_gates_failed, results_store)
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 
@@ -161,15 +162,62 @@ def score_keypoints_cmd(
                counts=counts, pck_alpha=pck_alpha, head=hd)
 
 
-@with_settings("min_subjects", "n_boot", "seed")
+#: Thong's light/dark and red/yellow classes of the measured skin colour, added as attributes by --measure-skin
+MEASURED_SKIN = {"skin_tone": "measured_tone", "skin_hue": "measured_hue"}
+
+
+def _descriptors_from_images(sdf, samples: Path, settings, store):
+    """dlib face descriptors of the sample table's images (through the engine and the results store):
+    ``(embeddings, ids, reasons)``, reasons per row ("" when the image has a descriptor)."""
+    import numpy as np
+
+    from fairvision.vision.face_descriptor_batch import embed_face_images
+
+    if "image_path" not in sdf.columns:
+        raise FairvisionError(f"{samples}: no column 'image_path' (needed for --embed-images)")
+    fe = embed_face_images(sdf["image_path"].astype(str).tolist(), sdf["sample_id"].astype(str).tolist(),
+                           settings=settings, store=store)
+    st = fe.status.set_index(fe.status["item_id"].astype(str))
+    ok = st["ok"].astype(bool).reindex(sdf["sample_id"].astype(str)).fillna(False).to_numpy()
+    why = st["reason"].reindex(sdf["sample_id"].astype(str)).fillna("no face").astype(str).str.split(": ").str[0]
+    return fe.embeddings, fe.ids, np.where(ok, "", why.to_numpy()).astype(object)
+
+
+def _measured_skin(sdf, samples: Path, settings, store):
+    """The sample table with Thong's measured tone (light/dark) and hue (red/yellow) classes added, and the reason
+    per row where the skin colour could not be measured ("" where it was)."""
+    import numpy as np
+
+    from fairvision.skin.batch import measure_images
+
+    if "image_path" not in sdf.columns:
+        raise FairvisionError(f"{samples}: no column 'image_path' (needed for --measure-skin)")
+    m = measure_images(sdf[["sample_id", "image_path"]], settings=settings, store=store, progress=False)
+    out = sdf.copy()
+    failed = ~m["ok"].astype(bool).to_numpy() | m[list(MEASURED_SKIN)].isna().any(axis=1).to_numpy()
+    for src, dst in MEASURED_SKIN.items():  # rows not measured are left out; their label only shows in the coverage
+        out[dst] = np.where(failed, "not measured", m[src].astype(object).to_numpy())
+    reason = m["reason"].fillna("").astype(str).str.split(": ").str[0].to_numpy()
+    return out, np.where(failed, np.where(reason != "", "skin not measured: " + reason.astype(object), "skin not measured"), "")
+
+
+@with_settings("min_subjects", "n_boot", "seed", "engine", "address", "workers")
 def audit_verification_cmd(
-    pairs: Path = typer.Option(..., "--pairs", "-p", help="Pairs table (CSV, TSV, Parquet, JSON/JSONL): sample_a, sample_b, "
-                                                         "score (similarity, higher = same person) and optionally same_subject (true/false)."),
+    pairs: Optional[Path] = typer.Option(None, "--pairs", "-p", help="Pairs table (CSV, TSV, Parquet, JSON/JSONL): sample_a, sample_b, "
+                                                                 "score (similarity, higher = same person) and optionally same_subject (true/false). Without it the pairs are built from --samples and --embeddings: every genuine pair plus FHIBE's hard impostors."),
     samples: Path = typer.Option(..., "--samples", "-s", help="Sample table: sample_id, attribute columns, subject_id."),
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Attribute column that defines groups (repeat)."),
     output: Path = typer.Option(Path("fairvision-verification-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     far: List[float] = typer.Option([0.001], "--far", help="Target false accept rate (repeat for several; FHIBE: 0.001)."),
-    threshold: str = typer.Option("group", "--threshold", help="'group': each group's own threshold from its impostor pairs (FHIBE); 'global': one threshold from all pairs."),
+    threshold: Optional[str] = typer.Option(None, "--threshold", help="'group': each group's own threshold from its impostor pairs (FHIBE); 'global': one threshold from all pairs at the FAR; 'eer': one threshold at the equal error rate of all pairs (--far is then ignored). Default: group with --pairs, global when the pairs are built."),
+    pronoun_col: str = typer.Option("pronoun", "--pronoun-col", help="Built pairs: impostors share this column's value (pronoun or gender)."),
+    tone_col: str = typer.Option("skin_tone", "--tone-col", help="Built pairs: skin tone level column (1-6, 'IV', 'Type IV'); impostors differ by at most --max-tone-diff."),
+    max_tone_diff: int = typer.Option(1, "--max-tone-diff", min=0, help="Built pairs: largest tone difference of an impostor pair (FHIBE: 1)."),
+    max_impostors: int = typer.Option(1_000_000, "--max-impostors", min=0, help="Built pairs: most impostor pairs, a uniform sample drawn with --seed (0: all)."),
+    embed_images: bool = typer.Option(False, "--embed-images", help="Built pairs: dlib face descriptors of the samples' image_path (kept in the results store) instead of --embeddings; images without a face are left out and reported."),
+    measure_skin: bool = typer.Option(False, "--measure-skin", help="Measure the skin colour of every image and add Thong's classes as attributes measured_tone (light/dark) and measured_hue (red/yellow); use --max-k 2 for their intersections. Images not measured are left out and reported."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
     embeddings: Optional[Path] = typer.Option(None, "--embeddings", help="Score the pairs by cosine similarity of these embeddings (.npy with ids, .npz, or a table keyed by sample_id) instead of a score column."),
     score_col: str = typer.Option("score", "--score-col", help="Column of the pairs table with the similarity."),
     subject_col: Optional[str] = typer.Option(None, "--subject-col", help="Person column of the samples table (default: subject_id if present). CIs resample people; without same_subject, genuine pairs are those of one person."),
@@ -181,11 +229,13 @@ def audit_verification_cmd(
 ):
     """Face verification: TAR at FAR by group and intersection, with subject-bootstrap CIs.
 
-    A pair counts for a group when both images are in it. Per group the threshold is the one that accepts at most FAR of its impostor pairs; TAR is the share of its genuine pairs above it (docs/METHODS.md §6.1). The report lists TAR with CIs per group, the worst and best group and their difference (with a CI). Quantities for --fail-if: min, max, difference, ratio, tar (all pairs), per attribute set as <attr>.difference, <attr>+<attr>.min, ...; for every FAR also with a far<FAR>. prefix.
+    Pairs come from --pairs, or are built from --samples and --embeddings: every genuine pair plus FHIBE's hard impostors (same --pronoun-col, --tone-col within --max-tone-diff), at most --max-impostors of them drawn with --seed; images without an embedding are left out and reported by group. A pair counts for a group when both images are in it. Per group the threshold is the one that accepts at most FAR of its impostor pairs; TAR is the share of its genuine pairs above it (docs/METHODS.md §6.1). The report lists TAR with CIs per group, the worst and best group and their difference (with a CI). Quantities for --fail-if: min, max, difference, ratio, tar (all pairs), per attribute set as <attr>.difference, <attr>+<attr>.min, ...; for every FAR also with a far<FAR>. prefix.
 
     Example:
       fairvision audit verification --pairs pairs.csv --samples samples.csv \\
           -a gender -a skin_tone --far 0.001 --fail-if 'difference>0.05' -o verif
+      fairvision audit verification --samples samples.csv --embeddings faces.npz \
+          -a gender -a skin_tone --pronoun-col pronoun --tone-col skin_tone --far 0.01 -o verif
     """
     # lazy: pandas, scipy and the report stack (see _run_score)
     from fairvision.audits.verification import audit_verification_pairs
@@ -196,28 +246,66 @@ def audit_verification_cmd(
     from fairvision.report.sections.verification import verification_section
     from fairvision.schema import Schema
 
+    from fairvision.audits.verification_pairs import PairRule, audit_verification_samples
+    from fairvision.report.sections.coverage import coverage_section
+
     check_outdir(output)
+    if pairs is None and embeddings is None and not embed_images:
+        raise FairvisionError("give --pairs (a scored pairs table), or --embeddings or --embed-images (to build the "
+                              "pairs from --samples)")
+    if (embed_images or measure_skin) and pairs is not None:
+        raise FairvisionError("--embed-images and --measure-skin build the pairs: leave out --pairs")
+    if embed_images and embeddings is not None:
+        raise FairvisionError("give --embeddings or --embed-images, not both")
+    threshold = threshold or ("group" if pairs is not None else "global")
     conditions = [parse_condition(c) for c in fail_if]
     sdf = read_table(samples)
-    pdf = read_pairs(pairs, score_col=None if embeddings is not None else score_col)
     emb = ids = None
     if embeddings is not None:
         emb, ids = read_embeddings(embeddings)
+    left_out = None
+    if embed_images or measure_skin:
+        results = results_store(store, no_store)
+        reasons = []
+        if measure_skin:
+            sdf, why = _measured_skin(sdf, samples, settings, results)
+            reasons.append(why)
+            attr = list(attr) + [c for c in MEASURED_SKIN.values() if c not in attr]
+        if embed_images:
+            emb, ids, why = _descriptors_from_images(sdf, samples, settings, results)
+            reasons.append(why)
+        left_out = reasons[0]
+        for why in reasons[1:]:
+            left_out = [a or b for a, b in zip(left_out, why)]
     schema = (Schema.from_file(schema_file) if schema_file else Schema()).declare(attr)
-    result = audit_verification_pairs(
-        sdf, pdf, attr, far=far, threshold=threshold,
-        subject_col=subject_col or "subject_id", embeddings=emb, embedding_ids=ids, max_k=max_k, schema=schema,
-        settings=settings, source=str(samples), pairs_source=str(pairs),
-    )
+    if pairs is not None:
+        pdf = read_pairs(pairs, score_col=None if embeddings is not None else score_col)
+        result = audit_verification_pairs(
+            sdf, pdf, attr, far=far, threshold=threshold,
+            subject_col=subject_col or "subject_id", embeddings=emb, embedding_ids=ids, max_k=max_k, schema=schema,
+            settings=settings, source=str(samples), pairs_source=str(pairs),
+        )
+    else:
+        rule = PairRule(pronoun_col=pronoun_col, tone_col=tone_col, max_tone_diff=max_tone_diff,
+                        max_impostors=max_impostors or None)
+        result = audit_verification_samples(
+            sdf, attr, emb, ids, rule=rule, far=far, threshold=threshold, subject_col=subject_col or "subject_id",
+            max_k=max_k, schema=schema, settings=settings, source=str(samples), left_out=left_out)
+        if result.coverage is not None:
+            typer.echo(result.coverage.summary_line())
+    name = pairs.name if pairs is not None else samples.name
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(
-        title=title or f"Face verification audit: {pairs.name}",
+        title=title or f"Face verification audit: {name}",
         subtitle="fairvision verification audit",
-        meta={"pairs": str(pairs), "samples": str(samples), "attributes": ", ".join(attr),
+        meta={"pairs": str(pairs) if pairs is not None else "built from the samples", "samples": str(samples), "attributes": ", ".join(attr),
               "far": ", ".join(f"{f:g}" for f in result.fars), "threshold": threshold, "min_subjects": settings.min_subjects,
               "settings": settings.to_meta(), **gate_meta(evaluated)},
     )
     report.add(verification_section(result, conditions=evaluated))
+    if result.coverage is not None:
+        report.add(coverage_section(result.coverage, id="verification_coverage",
+                                    title="Images left out of the verification pairs"))
     paths = report.write(output)
     ov = result.overall.iloc[0]
     extra = f"{result.n_pairs:,} pairs ({result.n_genuine:,} genuine), {result.n_subjects:,} subjects; TAR @ FAR {result.fars[0]:g} = {ov['tar']:.3f}"

@@ -21,15 +21,18 @@ from fairvision.metrics.masks import dice, mask_iou, mean_dice, polygons_to_mask
 from fairvision.metrics.recall import IOU_THRESHOLDS, average_recall, average_recall_from_iou
 from fairvision.metrics.verification import (
     cosine_scores,
+    eer_threshold,
     hard_negative_pairs,
     positive_pairs,
+    sample_hard_negative_pairs,
     tar_at_far,
     tar_at_far_by_group,
+    weighted_eer_threshold,
 )
 
 __all__ = [
     "box_iou", "box_iou_paired", "to_xyxy", "accuracy", "correct", "per_class_recall", "psnr", "COCO_SIGMAS", "oks",
     "pck", "dice", "mask_iou", "mean_dice", "polygons_to_mask", "rle_decode", "rle_encode", "IOU_THRESHOLDS",
     "average_recall", "average_recall_from_iou", "cosine_scores", "hard_negative_pairs", "positive_pairs",
-    "tar_at_far", "tar_at_far_by_group",
+    "tar_at_far", "tar_at_far_by_group", "sample_hard_negative_pairs", "eer_threshold", "weighted_eer_threshold",
 ]

@@ -85,7 +85,8 @@ def tar_at_far(scores, genuine, far: float = 0.001) -> TarResult:
                      far, int(gen.size), int(imp.size))
 
 
-def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshold: str = "group") -> pd.DataFrame:
+def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshold: str = "group",
+                        fixed_threshold: float | None = None) -> pd.DataFrame:
     """TAR at FAR for every group of pairs.
 
     Parameters
@@ -102,6 +103,9 @@ def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshol
         ``"group"`` (FHIBE: TAR at FAR = 0.001 *per group*) sets each group's
         own threshold from its impostors; ``"global"`` uses one threshold from
         all impostors and reports each group's TAR and achieved FAR at it.
+    fixed_threshold : float, optional
+        With ``threshold="global"``: this threshold (e.g. one set from a larger
+        set of pairs) instead of one from the impostors given.
 
     Returns
     -------
@@ -116,7 +120,9 @@ def tar_at_far_by_group(scores, genuine, groups, far: float = 0.001, *, threshol
     codes, labels = pd.factorize(pd.Series(np.asarray(groups, dtype=object)), sort=True)
     if codes.size != s.size:
         raise FairvisionError(f"tar_at_far_by_group: {s.size} scores but {codes.size} group labels")
-    glob = _threshold(s[~g], far) if threshold == "global" else None
+    glob = None
+    if threshold == "global":
+        glob = float(fixed_threshold) if fixed_threshold is not None else _threshold(s[~g], far)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(labels) + 1))
     rows = []
@@ -370,3 +376,166 @@ def hard_negative_pairs(identities, pronouns, skin_tones, *, max_tone_diff: int 
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     i, j = np.concatenate(ii), np.concatenate(jj)
     return np.minimum(i, j), np.maximum(i, j)
+
+
+def _triangle_rows(k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Row i of position k in the row-major upper triangle (i < j) of an n x n block."""
+    off = lambda i: i * (n - 1) - i * (i - 1) // 2  # noqa: E731  (positions before row i)
+    b = 2 * n - 1
+    i = np.floor((b - np.sqrt(np.maximum(b.astype(float) ** 2 - 8.0 * k, 0.0))) / 2).astype(np.int64)
+    i = np.clip(i, 0, np.maximum(n - 2, 0))
+    i = np.where(off(i) > k, i - 1, i)  # one step either way absorbs the float rounding
+    i = np.where(off(i + 1) <= k, i + 1, i)
+    return i
+
+
+def sample_hard_negative_pairs(identities, pronouns, skin_tones, *, max_pairs: int | None = None,
+                               max_tone_diff: int = 1, seed=0) -> tuple[np.ndarray, np.ndarray]:
+    """FHIBE hard impostor pairs, all of them or a seeded uniform sample of ``max_pairs`` (docs/METHODS.md §6.1).
+
+    The pairs of :func:`hard_negative_pairs` (different identity, same pronoun,
+    skin tone within ``max_tone_diff`` levels) without building them all: the
+    candidate pairs are numbered block by block (a (pronoun, tone) block with
+    itself, then with the blocks up to ``max_tone_diff`` levels above), positions
+    are drawn without replacement and decoded to sample indices with index
+    arithmetic, and pairs of one identity are dropped; more positions are drawn
+    until ``max_pairs`` remain or every candidate was drawn. Memory and time grow
+    with ``max_pairs``, not with the number of candidates.
+
+    Parameters
+    ----------
+    identities, pronouns, skin_tones : array_like
+        Per sample (skin tones as accepted by :func:`tone_levels`; no missing pronouns).
+    max_pairs : int or None
+        Most impostor pairs to keep (None: all of them).
+    max_tone_diff : int
+        Largest difference of skin tone levels within a pair (FHIBE: 1).
+    seed : int, numpy.random.Generator or None
+        Randomness of the sample.
+
+    Returns
+    -------
+    i, j : numpy.ndarray of int64
+        Sample indices of every kept impostor pair, ``i < j``, sorted by (i, j).
+    """
+    ident, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
+    pron, _ = pd.factorize(pd.Series(np.asarray(pronouns, dtype=object)))
+    tone = tone_levels(list(skin_tones))
+    n = ident.size
+    if not (pron.size == tone.size == n):
+        raise FairvisionError("sample_hard_negative_pairs: identities, pronouns and skin tones differ in length")
+    if (pron < 0).any():
+        raise FairvisionError(f"pronoun of sample {int(np.flatnonzero(pron < 0)[0]) + 1} is missing")
+    if max_pairs is not None and max_pairs < 0:
+        raise FairvisionError(f"max_pairs must be 0 or more, not {max_pairs}")
+    if max_tone_diff < 0:
+        raise FairvisionError(f"max_tone_diff must be 0 or more, not {max_tone_diff}")
+    order = np.lexsort((tone, pron))
+    key = pron[order].astype(np.int64) * (tone.max(initial=0) + max_tone_diff + 2) + tone[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if n else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, n])
+    bkey = key[starts] if n else np.zeros(0, np.int64)
+    # plan: (first block, second block or -1 for a block with itself); few blocks, so a loop over them
+    pa, pb = [np.arange(bkey.size)], [np.full(bkey.size, -1)]
+    for d in range(1, max_tone_diff + 1):
+        hit = np.searchsorted(bkey, bkey + d)
+        ok = (hit < bkey.size) & (bkey[np.minimum(hit, max(bkey.size - 1, 0))] == bkey + d) if bkey.size else hit > 0
+        pa.append(np.flatnonzero(ok))
+        pb.append(hit[ok])
+    pa, pb = np.concatenate(pa), np.concatenate(pb)
+    na = sizes[pa]
+    nb = np.where(pb >= 0, sizes[np.maximum(pb, 0)] if sizes.size else 0, 0)
+    cnt = np.where(pb < 0, na * (na - 1) // 2, na * nb).astype(np.int64)
+    total = int(cnt.sum())
+    cum = np.r_[0, np.cumsum(cnt)]
+
+    def decode(pos):
+        p = np.searchsorted(cum, pos, side="right") - 1
+        k = pos - cum[p]
+        same = pb[p] < 0
+        nn = na[p]
+        r = np.where(same, _triangle_rows(k, nn), k // np.maximum(nb[p], 1))
+        tri_c = k - (r * (nn - 1) - r * (r - 1) // 2) + r + 1
+        c = np.where(same, tri_c, k % np.maximum(nb[p], 1))
+        ia = order[starts[pa[p]] + r]
+        ib = order[starts[np.where(same, pa[p], pb[p])] + c]
+        return ia, ib
+
+    want = total if max_pairs is None else int(max_pairs)
+    m = total if want >= total else min(total, int(want * 1.25) + 64)
+    while True:
+        rng = np.random.default_rng(seed)
+        pos = np.arange(total, dtype=np.int64) if m == total else rng.choice(total, m, replace=False).astype(np.int64)
+        i, j = decode(pos)
+        keep = ident[i] != ident[j]
+        if keep.sum() >= want or m == total:
+            break
+        m = min(total, 2 * m)
+    i, j = i[keep][:want], j[keep][:want]
+    i, j = np.minimum(i, j), np.maximum(i, j)
+    o = np.lexsort((j, i))
+    return i[o].astype(np.int64), j[o].astype(np.int64)
+
+
+def weighted_eer_threshold(scores, genuine, weights) -> tuple[np.ndarray, np.ndarray]:
+    """Threshold at the equal error rate, with a weight on every pair, for many weight vectors at once.
+
+    Pairs are accepted when their score is strictly greater than the threshold. The candidates are the distinct
+    scores; at each, FAR = weight of impostors above it / weight of all impostors and FRR = weight of genuine
+    pairs at or below it / weight of all genuine pairs. The threshold is the candidate where ``|FAR - FRR|`` is
+    smallest (the highest such score on a tie); the EER reported there is ``(FAR + FRR) / 2``
+    (docs/METHODS.md §6.1).
+
+    Parameters
+    ----------
+    scores : array_like of float, shape (n_pairs,)
+    genuine : array_like of bool, shape (n_pairs,)
+    weights : array_like, shape (m, n_pairs) or (n_pairs,)
+
+    Returns
+    -------
+    threshold, eer : numpy.ndarray, shape (m,)
+        NaN where the genuine or the impostor pairs weigh nothing.
+    """
+    s = np.asarray(scores, dtype=float).ravel()
+    g = np.asarray(genuine, dtype=bool).ravel()
+    w = np.atleast_2d(np.asarray(weights, dtype=float))
+    if w.shape[1] != s.size or g.size != s.size:
+        raise FairvisionError(f"weighted_eer_threshold: {s.size} scores, {g.size} genuine flags, weights {w.shape}")
+    m = w.shape[0]
+    if s.size == 0:
+        return np.full(m, np.nan), np.full(m, np.nan)
+    o = np.argsort(-s, kind="stable")
+    ss, go, wo = s[o], g[o], w[:, o]
+    starts = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1]])
+    imp_block = np.add.reduceat(np.where(go, 0.0, wo), starts, axis=1)
+    gen_block = np.add.reduceat(np.where(go, wo, 0.0), starts, axis=1)
+    imp_tot, gen_tot = imp_block.sum(axis=1), gen_block.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        far = (np.cumsum(imp_block, axis=1) - imp_block) / imp_tot[:, None]  # impostors strictly above each score
+        frr = 1 - (np.cumsum(gen_block, axis=1) - gen_block) / gen_tot[:, None]
+    d = np.nan_to_num(np.abs(far - frr), nan=np.inf)
+    best = np.argmax(d <= d.min(axis=1, keepdims=True) + 1e-12, axis=1)  # the highest score among (near) ties
+    r = np.arange(m)
+    thr = ss[starts][best]
+    eer = (far[r, best] + frr[r, best]) / 2
+    bad = (imp_tot <= 0) | (gen_tot <= 0)
+    return np.where(bad, np.nan, thr), np.where(bad, np.nan, eer)
+
+
+def eer_threshold(scores, genuine) -> tuple[float, float]:
+    """Threshold at the equal error rate and the EER (:func:`weighted_eer_threshold` with unit weights;
+    docs/METHODS.md §6.1).
+
+    Parameters
+    ----------
+    scores : array_like of float
+    genuine : array_like of bool
+
+    Returns
+    -------
+    threshold, eer : float
+    """
+    s = np.asarray(scores, dtype=float).ravel()
+    thr, eer = weighted_eer_threshold(s, genuine, np.ones(s.size))
+    return float(thr[0]), float(eer[0])

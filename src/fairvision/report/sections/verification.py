@@ -28,7 +28,11 @@ def verification_section(result, *, conditions: list[dict] | None = None,
         Section title.
     """
     fars = ", ".join(f"{f:g}" for f in result.fars)
-    how = "each group's own threshold (FHIBE)" if result.threshold == "group" else "one threshold from all pairs"
+    how = {"group": "each group's own threshold (FHIBE)",
+           "global": "one global threshold set at that FAR over all pairs; accuracy is the share of pairs decided "
+                     "right at it",
+           "eer": "one global threshold at the equal error rate of all pairs (the FAR shown is the EER); accuracy "
+                  "is the share of pairs decided right at it"}.get(result.threshold, result.threshold)
     ci = (f"{int(result.level * 100)}% percentile CIs from a bootstrap over subjects ({result.n_boot:,} resamples)"
           if result.n_boot else "no CIs (--n-boot 0)")
     sec = Section(
@@ -43,11 +47,25 @@ def verification_section(result, *, conditions: list[dict] | None = None,
     sec.metrics("overview", {
         "pairs": result.n_pairs, "genuine": result.n_genuine, "impostor": result.n_impostor,
         "subjects": result.n_subjects, f"TAR @ FAR {first:g}": float(ov["tar"]),
+        "accuracy": float(ov["accuracy"]),
         "largest gap": float(summ["difference"].max()) if summ["difference"].notna().any() else float("nan"),
     })
     if conditions:
         failed = [c for c in conditions if c["holds"]]
         sec.note("; ".join(describe(c) for c in conditions), "finding" if failed else "info")
+    rule = getattr(result, "pair_rule", None)
+    if rule:
+        cap = f"at most {rule['max_impostors']:,}" if rule.get("max_impostors") else "all"
+        sec.text(f"Pairs built from the sample table: every genuine pair ({rule['n_genuine']:,}) and {cap} of FHIBE's "
+                 f"hard impostors ({rule['n_impostor']:,} used: same {rule['pronoun_col']}, {rule['tone_col']} within "
+                 f"{rule['max_tone_diff']} level), drawn with seed {rule['seed']}; {rule['n_used']:,} of "
+                 f"{rule['n_samples']:,} images have an embedding.")
+    for _, r in summ[summ["separated"].fillna(False).astype(bool)].iterrows() if "separated" in summ else []:
+        sec.finding(f"Face verification at FAR {first:g}: TAR {r['min']:.3f} for {r['worst_group']} vs {r['max']:.3f} "
+                    f"for {r['best_group']} by {r['intersection']}; their CIs do not overlap.", "high",
+                    target=f"groups_{r['intersection']}", quantity=f"{r['intersection']}.difference",
+                    value=float(r["difference"]), ci_low=r["difference_ci_low"], ci_high=r["difference_ci_high"],
+                    topic="verification")
     if summ["difference"].notna().any():
         lead = summ.loc[summ["difference"].idxmax()]
         sec.note(f"Largest gap at FAR {first:g}: {lead['intersection']}: TAR {lead['min']:.3f} for {lead['worst_group']} "
