@@ -33,7 +33,10 @@ from fairvision.audits.settings import AuditSettings
 from fairvision.errors import ParameterError
 from fairvision.io.validate import require_columns
 from fairvision.skin.batch_tables import failure_reasons
-from fairvision.skin.categories import HUES, TONE_HUE, TONES, tone_hue_category
+from fairvision.skin.categories import (
+    HUE_THRESHOLD, HUES, ITA_CLASSES, L_THRESHOLD, ST_CLASSES, TONE_HUE, TONES, check_thresholds, parse_ita_boundaries,
+    st_class, tone_hue_category,
+)
 from fairvision.stats.chisquare import ChiSquareResult, chi2_test
 from fairvision.stats.proportions import wilson_interval
 from fairvision.stats.resample import cluster_bootstrap
@@ -99,6 +102,9 @@ class SkinDistribution:
     notes : list of str
     flag_counts : Series
         How many measured images carry each quality flag.
+    ita_classes : DataFrame or None
+        With ``ita_boundaries``: index ``st_class`` (ST1 ... ST6); ``ita_class``, ``range``, ``count``,
+        ``percent``, ``ci_low``, ``ci_high`` (Wilson, percent) of the images with a finite ITA.
     """
 
     name: str
@@ -115,6 +121,7 @@ class SkinDistribution:
     group_test: ChiSquareResult | None = None
     notes: list = field(default_factory=list)
     flag_counts: pd.Series = field(default_factory=lambda: pd.Series(dtype="int64"))
+    ita_classes: pd.DataFrame | None = None
 
     def to_frame(self) -> pd.DataFrame:
         """The four cells with counts, percentages and CIs."""
@@ -212,9 +219,10 @@ def _cluster_boot(Lv, hv, subj, L_threshold, hue_threshold, level, n_boot, seed)
 
 
 def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue", by: str | list[str] | None = None,
-                            subject: str | None = None, L_threshold: float = 60.0, hue_threshold: float = 55.0,
-                            bins: int = 20, min_group: int = 10, name: str = "dataset",
-                            settings: AuditSettings | None = None, _edges_override=None) -> SkinDistribution:
+                            subject: str | None = None, L_threshold: float = L_THRESHOLD,
+                            hue_threshold: float = HUE_THRESHOLD, bins: int = 20, min_group: int = 10,
+                            name: str = "dataset", settings: AuditSettings | None = None, ita_boundaries=None,
+                            _edges_override=None) -> SkinDistribution:
     """Skin colour distribution of one image set (Thong Table 1 and histograms).
 
     Parameters
@@ -230,7 +238,12 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
         a cluster bootstrap over subjects (``settings.n_boot`` replicates)
         instead of the Wilson interval.
     L_threshold, hue_threshold : float
-        Light if L* >= 60, yellow if h* >= 55 deg (docs/METHODS.md §1.4).
+        Light if L* >= 60, yellow if h* >= 55 deg (docs/METHODS.md §1.4; checked: L* within 0..100, h* within
+        -180..180).
+    ita_boundaries : str, sequence or ItaBoundaries, optional
+        Also count the ITA classes ST1 ... ST6 (column ``ita``) with these boundaries (``chardon``, ``paper``
+        or five numbers; :func:`fairvision.skin.categories.parse_ita_boundaries`), as ``ita_classes``; the
+        boundaries are added to ``thresholds``. None (default): no ITA table.
     bins : int
         Histogram bins (20).
     min_group : int
@@ -241,6 +254,8 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
     """
     settings = settings or DEFAULTS
     level = settings.level
+    L_threshold, hue_threshold = check_thresholds(L_threshold, hue_threshold)
+    boundaries = parse_ita_boundaries(ita_boundaries) if ita_boundaries is not None else None
     if bins < 1:
         raise ParameterError("bins", f"must be positive, not {bins}")
     ok, Lv, hv = _valid(data, L, hue, name)
@@ -276,10 +291,32 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
         if small:
             notes.append(f"Groups with fewer than {min_group} measured images are too small to judge: {', '.join(small)}.")
     points = pd.DataFrame({"L": Lm, "hue": hm})
+    thresholds = {"L": L_threshold, "hue": hue_threshold}
+    ita_table = None
+    if boundaries is not None:
+        require_columns(data, ["ita"], source=name, why=" for the ITA classes")
+        ita_table = _ita_classes(data["ita"], ok, boundaries, level)
+        thresholds["ita_boundaries"] = boundaries.describe()
     return SkinDistribution(name=name, n_images=n_images, n_measured=int(ok.sum()), n_failed=n_failed, cells=cells,
                             table=_table1(counts), histograms=hist, points=points,
-                            thresholds={"L": L_threshold, "hue": hue_threshold}, ci_method=ci_method,
-                            by_group=by_group, group_test=group_test, notes=notes, flag_counts=flag_counts)
+                            thresholds=thresholds, ci_method=ci_method,
+                            by_group=by_group, group_test=group_test, notes=notes, flag_counts=flag_counts,
+                            ita_classes=ita_table)
+
+
+def _ita_classes(ita, ok, boundaries, level) -> pd.DataFrame:
+    """Counts of ST1 ... ST6 among measured rows with a finite ITA, with Wilson CIs in percent."""
+    x = pd.to_numeric(ita, errors="coerce").to_numpy(dtype=np.float64)[ok]
+    x = x[np.isfinite(x)]
+    codes = st_class(x, boundaries).codes
+    counts = np.bincount(codes[codes >= 0], minlength=len(ST_CLASSES)).astype(np.int64)
+    n = int(counts.sum())
+    lo, hi = wilson_interval(counts, np.full(len(counts), n), level)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = 100.0 * counts / n if n else np.full(len(counts), np.nan)
+    return pd.DataFrame({"ita_class": list(ITA_CLASSES), "range": boundaries.ranges(), "count": counts,
+                         "percent": pct, "ci_low": 100.0 * lo, "ci_high": 100.0 * hi},
+                        index=pd.Index(list(ST_CLASSES), name="st_class"))
 
 
 def _why_left_out(data: pd.DataFrame, ok: np.ndarray) -> str:
@@ -314,9 +351,9 @@ def _by_group(sub, Lm, hm, by, L_threshold, hue_threshold, level, min_group, nam
 
 
 def audit_skin_comparison(first: pd.DataFrame, second: pd.DataFrame, *, names: tuple[str, str] = ("first", "second"),
-                          L: str = "L", hue: str = "hue", L_threshold: float = 60.0, hue_threshold: float = 55.0,
-                          bins: int = 20, subject: str | None = None,
-                          settings: AuditSettings | None = None) -> SkinComparison:
+                          L: str = "L", hue: str = "hue", L_threshold: float = L_THRESHOLD,
+                          hue_threshold: float = HUE_THRESHOLD, bins: int = 20, subject: str | None = None,
+                          settings: AuditSettings | None = None, ita_boundaries=None) -> SkinComparison:
     """Compare the skin colour distributions of two image sets (Thong Table 2).
 
     The test is Pearson's chi-square test of homogeneity on the 2 x 4 table
@@ -332,7 +369,7 @@ def audit_skin_comparison(first: pd.DataFrame, second: pd.DataFrame, *, names: t
     pooled = np.concatenate([h1[np.isfinite(h1)], h2[np.isfinite(h2)]])
     edges = _edges(pooled, bins)
     kw = dict(L=L, hue=hue, L_threshold=L_threshold, hue_threshold=hue_threshold, bins=bins, subject=subject,
-              settings=settings, _edges_override=edges)
+              settings=settings, ita_boundaries=ita_boundaries, _edges_override=edges)
     d1 = audit_skin_distribution(first, name=names[0], **kw)
     d2 = audit_skin_distribution(second, name=names[1], **kw)
     cells = pd.concat({names[0]: d1.cells, names[1]: d2.cells}, names=["set"])

@@ -1,7 +1,7 @@
-"""``fairvision score detections|masks|keypoints`` and ``fairvision audit verification``.
+"""``fairvision score detections|masks|keypoints|images`` and ``fairvision audit verification``.
 
-The ``score`` commands turn COCO-format ground truth and predictions into the
-per-sample scores table that ``fairvision audit model --scores`` reads (one
+The ``score`` commands turn COCO-format ground truth and predictions (or folders
+of predicted and reference images) into the per-sample scores table that ``fairvision audit model --scores`` reads (one
 row per image, keyed by ``sample_id``, one column per metric;
 docs/METHODS.md §6.1). ``audit verification`` reports TAR at FAR by group from
 a table of scored face pairs.
@@ -22,7 +22,7 @@ from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 
 score_app = typer.Typer(
-    help="Score a model's COCO-format predictions into a per-sample table for `fairvision audit model --scores`.",
+    help="Score a model's COCO-format predictions or predicted images into a per-sample table for `fairvision audit model --scores`.",
     no_args_is_help=True,
 )
 
@@ -160,6 +160,49 @@ def score_keypoints_cmd(
         raise FairvisionError("--pck-alpha must be positive")
     _run_score("keypoints", gt, pred, output, per=per, sample_id=sample_id, categories=category, min_score=min_score,
                counts=counts, pck_alpha=pck_alpha, head=hd)
+
+
+@with_settings("engine", "address", "workers")
+def score_images_cmd(
+    pred: Path = typer.Option(..., "--pred", help="Folder of predicted images (searched recursively)."),
+    ref: Path = typer.Option(..., "--ref", help="Folder of reference images; a prediction pairs with the reference of the same relative path (suffix aside)."),
+    output: Path = _out(),
+    pred_labels: Optional[Path] = typer.Option(None, "--pred-labels", help="Folder of predicted face-parsing label maps (single-channel PNGs of category ids): adds mean_dice."),
+    ref_labels: Optional[Path] = typer.Option(None, "--ref-labels", help="Folder of reference label maps, with --pred-labels."),
+    ignore_label: Optional[int] = typer.Option(None, "--ignore-label", help="Label left out of mean_dice (e.g. 0 for background)."),
+    identity: bool = typer.Option(False, "--identity", help="Add identity_similarity: cosine of the dlib face descriptors of the two images (NaN with identity_reason where a face is not found)."),
+    resize: bool = typer.Option(False, "--resize", help="Resize a prediction to its reference's size (area when shrinking, bilinear when enlarging, nearest for label maps). Default: a size mismatch is an error naming the pair."),
+    store: Optional[Path] = STORE_OPTION,
+    no_store: bool = NO_STORE_OPTION,
+    settings: AuditSettings = None,
+):
+    """Score predicted images against references per pair: PSNR, SSIM, identity similarity and mean Dice of label maps.
+
+    Pairs by relative path without suffix (pred/a/001.png with ref/a/001.jpg); sample_id is that path (a/001). Files without a partner are counted and listed, never scored. psnr: 10 log10(255^2 / MSE), capped at 100 dB for identical images; ssim: Wang et al. 2004 (Gaussian window sigma 1.5, 11 x 11, K1 0.01, K2 0.03) on each RGB channel, averaged; mean_dice: Dice per label present in either map, averaged (docs/METHODS.md §6.1). LPIPS needs trained network weights, which are not shipped: compute it elsewhere and add it as a column (audit it with --lower-is-better lpips).
+
+    Example:
+      fairvision score images --pred out/ --ref gt/ -o scores.csv
+      fairvision audit model -s samples.csv --scores scores.csv -a gender
+    """
+    # lazy: pandas, scipy and the image stack (see _run_score)
+    from fairvision.audits.image_scoring import ImagePairOptions, score_image_pairs
+    from fairvision.io.tables import write_table
+
+    check_output_file(output, _TABLE_SUFFIXES)
+    options = ImagePairOptions(resize=resize, identity=identity, ignore_label=ignore_label)
+    results = results_store(store, no_store) if identity else None
+    res = score_image_pairs(pred, ref, pred_labels=pred_labels, ref_labels=ref_labels, options=options,
+                            settings=settings, store=results)
+    path = write_table(res.table, output)
+    typer.echo(f"scores: {Path(path).resolve()}")
+    if not res.unmatched.empty:
+        typer.echo(res.unmatched_line())
+    t = res.table
+    cols = [c for c in ("psnr", "ssim", "identity_similarity", "mean_dice") if c in t.columns]
+    means = ", ".join(f"{c} {t[c].mean():.3f}" for c in cols if t[c].notna().any())
+    typer.echo(f"{len(t):,} image pairs; mean {means}")
+    if res.reasons:
+        typer.echo("not scored: " + ", ".join(f"{n:,} {why}" for why, n in res.reasons.items()))
 
 
 #: Thong's light/dark and red/yellow classes of the measured skin colour, added as attributes by --measure-skin
@@ -321,5 +364,6 @@ def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     score_app.command("detections")(score_detections_cmd)
     score_app.command("masks")(score_masks_cmd)
     score_app.command("keypoints")(score_keypoints_cmd)
+    score_app.command("images")(score_images_cmd)
     app.add_typer(score_app, name="score")
     audit_app.command("verification")(audit_verification_cmd)

@@ -27,6 +27,34 @@ _FACES_HELP = ("Faces measured per image: largest (default: a row is one subject
                "bystander's skin into theirs) or all (unite every face found, e.g. for crowds). The same default as "
                "'audit dataset --measure-skin', so the two share their results in the store.")
 
+L_THRESHOLD_OPTION = typer.Option(
+    None, "--L-threshold", metavar="L*",
+    help="Skin tone threshold: light if L* >= this (0-100; default 60, Thong et al. after Ly et al.).")
+HUE_THRESHOLD_OPTION = typer.Option(
+    None, "--hue-threshold", metavar="DEGREES",
+    help="Skin hue threshold: yellow if h* >= this many degrees (-180-180; default 55, Thong et al.).")
+ITA_BOUNDARIES_OPTION = typer.Option(
+    None, "--ita-boundaries", metavar="SET_OR_EDGES",
+    help="Edges of the ITA classes ST1 (darkest) ... ST6: chardon (default: -30, 10, 28, 41, 55, closed on the "
+         "right), paper (Khaziev et al. Table 3: the same edges closed on the left) or five increasing numbers "
+         "'a,b,c,d,e' (closed on the right). 'skin report' and 'skin compare' then add an ST1-ST6 table.")
+
+
+def _category_options(L_threshold, hue_threshold, ita_boundaries):
+    """The checked category options (before any work): ``(L, hue, boundaries or None, meta)``; ``meta`` is empty
+    when none was given, so that the default output stays as it was."""
+    from fairvision.skin.categories import (  # lazy imports: see the module docstring
+        HUE_THRESHOLD, L_THRESHOLD, category_options_meta, check_thresholds, parse_ita_boundaries,
+    )
+
+    L, hue = check_thresholds(L_THRESHOLD if L_threshold is None else L_threshold,
+                              HUE_THRESHOLD if hue_threshold is None else hue_threshold)
+    boundaries = parse_ita_boundaries(ita_boundaries) if ita_boundaries is not None else None
+    given = L_threshold is not None or hue_threshold is not None or ita_boundaries is not None
+    meta = category_options_meta(L, hue, boundaries or parse_ita_boundaries(None)) if given else {}
+    return L, hue, boundaries, meta
+
+
 skin_app = typer.Typer(
     help="Measure apparent skin colour (CIELAB L*, hue angle h*, ITA and categories) from images.",
     no_args_is_help=True,
@@ -50,17 +78,24 @@ def measure_cmd(
     cache: Optional[Path] = CACHE_OPTION,
     overlays: Optional[Path] = typer.Option(None, "--overlays", help="Write a QA overlay PNG per image here: mask outline, face outline and the thong clusters."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    L_threshold: Optional[float] = L_THRESHOLD_OPTION,
+    hue_threshold: Optional[float] = HUE_THRESHOLD_OPTION,
+    ita_boundaries: Optional[str] = ITA_BOUNDARIES_OPTION,
     settings: AuditSettings = None,
 ):
     """Measure the apparent skin colour of every image and write one row per image:
     L*, a*, b*, hue angle, ITA, chroma, pixel count, faces found, mask method and trust, quality
-    flags, the skin-colour categories, and for images that could not be measured the reason."""
+    flags, the skin-colour categories, and for images that could not be measured the reason. With
+    --L-threshold, --hue-threshold or --ita-boundaries the categories use those values, written in the
+    columns L_threshold, hue_threshold and ita_boundaries."""
     from fairvision.engine import check_engine  # lazy imports: see the module docstring
     from fairvision.io.tables import write_table
     from fairvision.skin.batch import MeasureParams, measure_images
     from fairvision.skin.batch_tables import summary_line
+    from fairvision.skin.categories import add_categories
 
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
+    L_thr, hue_thr, boundaries, category_meta = _category_options(L_threshold, hue_threshold, ita_boundaries)
     params = MeasureParams(method=method, mask_method=mask_method, faces=faces, skin_label=skin_label)
     check_engine(settings.engine, settings.address)
     results = results_store(store, no_store, cache)
@@ -82,6 +117,9 @@ def measure_cmd(
         first = df.iloc[0]
         raise FairvisionError(f"{source}: no image could be measured ({s['images']:,} tried; first: "
                               f"{Path(str(first['image_path'])).name}: {first['reason']}); nothing was written")
+    if category_meta:  # the categories again with the options given (in place), and the values used
+        df = add_categories(df, L_threshold=L_thr, hue_threshold=hue_thr, ita_boundaries=boundaries)
+        df = df.assign(**category_meta)
     write_table(df, output)
     typer.echo(summary_line(s))
     typer.echo(f"table: {output.resolve()}")
@@ -144,6 +182,9 @@ def report_cmd(
     faces: str = typer.Option(FACES_DEFAULT, "--faces", help="When images are measured first: " + _FACES_HELP),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
+    L_threshold: Optional[float] = L_THRESHOLD_OPTION,
+    hue_threshold: Optional[float] = HUE_THRESHOLD_OPTION,
+    ita_boundaries: Optional[str] = ITA_BOUNDARIES_OPTION,
     settings: AuditSettings = None,
 ):
     """Skin colour distribution of one image set: Thong et al.'s light/dark x red/yellow table with CIs,
@@ -153,6 +194,7 @@ def report_cmd(
     from fairvision.skin.batch_tables import join_samples
 
     check_outdir(output)
+    L_thr, hue_thr, boundaries, category_meta = _category_options(L_threshold, hue_threshold, ita_boundaries)
     wanted = (("--by", by), ("--subject-col", subject_col))
     table = _read_samples(samples, wanted, source) if samples is not None else None  # before any work
     results = results_store(store, no_store)
@@ -167,10 +209,11 @@ def report_cmd(
             raise FairvisionError(f"{source}: no column {col!r} for {option}; columns are "
                                   f"{', '.join(map(str, df.columns))}; images carry no attributes: join them with "
                                   f"--samples TABLE (sample_id or image_path, and a {col!r} column)")
-    dist = audit_skin_distribution(df, by=by, subject=subject_col, name=source.stem, settings=settings)
+    dist = audit_skin_distribution(df, by=by, subject=subject_col, name=source.stem, settings=settings,
+                                   L_threshold=L_thr, hue_threshold=hue_thr, ita_boundaries=boundaries)
     _write_report(skin_section(dist), output, f"Skin colour: {source.name}",
                   {"source": str(source), "samples": str(samples) if samples is not None else "-", "by": by or "-",
-                   "settings": settings.to_meta()})
+                   **category_meta, "settings": settings.to_meta()})
 
 
 # n_boot=2000: the skin audits' own default (fairvision.audits.skin.DEFAULTS), for the subject bootstrap
@@ -184,6 +227,9 @@ def compare_cmd(
     faces: str = typer.Option(FACES_DEFAULT, "--faces", help="When images are measured first: " + _FACES_HELP),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
+    L_threshold: Optional[float] = L_THRESHOLD_OPTION,
+    hue_threshold: Optional[float] = HUE_THRESHOLD_OPTION,
+    ita_boundaries: Optional[str] = ITA_BOUNDARIES_OPTION,
     settings: AuditSettings = None,
 ):
     """Compare the skin colour of two image sets (Thong et al. Table 2: e.g. training data against a
@@ -196,12 +242,14 @@ def compare_cmd(
     if len(pair) != 2 or not all(pair):
         raise FairvisionError(f"--names needs two comma-separated names, got {names!r}")
     check_outdir(output)
+    L_thr, hue_thr, boundaries, category_meta = _category_options(L_threshold, hue_threshold, ita_boundaries)
     results = results_store(store, no_store)
     a = _load_or_measure(first, method, faces, settings, results)
     b = _load_or_measure(second, method, faces, settings, results)
-    result = audit_skin_comparison(a, b, names=pair, settings=settings)
+    result = audit_skin_comparison(a, b, names=pair, settings=settings, L_threshold=L_thr, hue_threshold=hue_thr,
+                                   ita_boundaries=boundaries)
     _write_report(skin_section(result), output, f"Skin colour: {pair[0]} vs {pair[1]}",
-                  {"first": str(first), "second": str(second), "settings": settings.to_meta()})
+                  {"first": str(first), "second": str(second), **category_meta, "settings": settings.to_meta()})
     t = result.test
     typer.echo(f"chi-square({t.df}) = {t.statistic:.2f}, p = {t.pvalue:.3g}")
 

@@ -1,6 +1,6 @@
 """Image-quality metrics for reconstruction and super-resolution (docs/METHODS.md §6.1).
 
-PSNR is computed here. LPIPS needs a neural network (torch and its trained
+PSNR is computed here, SSIM in :mod:`fairvision.metrics.ssim`. LPIPS needs a neural network (torch and its trained
 weights), which this package does not ship: compute LPIPS with the ``lpips``
 package where torch is installed, put the per-image values in a scores table
 and audit them with ``--lower-is-better lpips``.

@@ -13,9 +13,12 @@ from fairvision.audits.skin import SkinComparison, SkinDistribution  # noqa: E40
 from fairvision.report import Section  # noqa: E402
 from fairvision.report.findings import group_text, imbalance_severity, p_text, test_severity, verb  # noqa: E402
 from fairvision.report.plots import PALETTE  # noqa: E402
+from fairvision.skin.categories import HUE_THRESHOLD, L_THRESHOLD  # noqa: E402
 
 #: significance level of the skin colour tests' findings
 ALPHA = 0.05
+#: Thong et al.'s thresholds: a report with others says so
+DEFAULT_THRESHOLDS = {"L": L_THRESHOLD, "hue": HUE_THRESHOLD}
 
 __all__ = ["skin_section", "histogram_figure", "scatter_figure"]
 
@@ -72,6 +75,10 @@ def _dist_blocks(sec: Section, d: SkinDistribution, suffix: str = ""):
                       f"L* >= {d.thresholds['L']:g}, yellow if h* >= {d.thresholds['hue']:g} deg).")
     sec.table(f"cells{suffix}", d.cells.round(2),
               caption=f"Cell counts and percentages with {d.ci_method} 95% CIs{tag}.")
+    if d.ita_classes is not None:
+        sec.table(f"ita_classes{suffix}", d.ita_classes.round(2),
+                  caption=f"ITA classes ST1 (darkest) ... ST6 of the measured images with an ITA{tag}, with Wilson 95% "
+                          f"CIs; boundaries {d.thresholds.get('ita_boundaries', '-')} (docs/METHODS.md §1.4).")
     if d.by_group is not None:
         sec.table(f"by_group{suffix}", d.by_group.round(2), highlight="too_small",
                   caption=f"Skin colour cells within each group{tag}; highlighted groups are too small to judge.")
@@ -102,6 +109,11 @@ def skin_section(result: SkinDistribution | SkinComparison, *, title: str = "App
         "after Thong et al. (ICCV 2023). Categories use the paper's thresholds; they describe the pixels in the "
         "images, not anyone's identity."))
     dists = [result.first, result.second] if isinstance(result, SkinComparison) else [result]
+    t0 = dists[0].thresholds
+    if (t0["L"], t0["hue"]) != (DEFAULT_THRESHOLDS["L"], DEFAULT_THRESHOLDS["hue"]):
+        sec.note(f"Thresholds changed from the paper's (light if L* >= {DEFAULT_THRESHOLDS['L']:g}, yellow if h* >= "
+                 f"{DEFAULT_THRESHOLDS['hue']:g}°) to light if L* >= {t0['L']:g}, yellow if h* >= {t0['hue']:g}° "
+                 "(Thong et al.'s supplement varies them; docs/METHODS.md §1.4).", "info")
     sec.metrics("coverage", {f"{d.name}: measured": d.n_measured for d in dists}
                 | {f"{d.name}: no measurement": d.n_failed for d in dists},
                 caption="Images with a skin colour measurement.")
