@@ -100,3 +100,20 @@ def test_a_result_value_missing_from_the_catalog_is_a_note(tmp_path):
     sec = _section(json.loads((out / "report.json").read_text()), "retrieval-ranking")
     notes = [b["text"] for b in sec["blocks"] if b["type"] == "note"]
     assert any("not computed" in t and "desired share 0" in t for t in notes)
+
+
+def test_the_permutation_pool_is_the_searched_catalog(tmp_path):
+    """Items that were never searched (no embedding) cannot be ranked: they are not in the permutation pool."""
+    from fairvision.audits.retrieval import ranking_from_results
+
+    items, res, _, _ = _run(tmp_path, planted=False)
+    # the search ran over the ST2 and ST3 items plus half the ST1 items; drop results outside it
+    st1 = items.index[items["tone"] == "ST1"]
+    searched = items.drop(index=st1[: len(st1) // 2])
+    res = res[res["item_id"].isin(searched["item_id"])]
+    shares = searched["tone"].value_counts(normalize=True).reindex(["ST1", "ST2", "ST3"])
+    full, _ = ranking_from_results(res, items, "tone", shares, 6)
+    part, _ = ranking_from_results(res, items, "tone", shares, 6, catalog=searched)
+    expected = searched["tone"].value_counts(normalize=True).reindex(["ST1", "ST2", "ST3"]).to_numpy()
+    assert np.allclose(part.groups["pool_share"].to_numpy(), expected)
+    assert not np.allclose(full.groups["pool_share"].to_numpy(), expected)

@@ -232,3 +232,27 @@ def test_weighted_eer_threshold_matches_brute_force_and_repeated_pairs():
                 continue
             gap = lambda c: abs((s[rep][~g[rep]] > c).mean() - (s[rep][g[rep]] <= c).mean())  # noqa: E731
             assert gap(T[k]) == pytest.approx(gap(eer_threshold(s[rep], g[rep])[0]))
+
+
+def test_a_cap_near_the_total_still_drops_a_uniform_sample():
+    """When the cap is close to the number of hard impostors every candidate is drawn: the ones dropped must be
+    a random choice, not the last (pronoun, tone) blocks, and must change with the seed."""
+    from fairvision.metrics.verification import hard_negative_pairs, sample_hard_negative_pairs
+
+    rng = np.random.default_rng(5)
+    n = 60
+    ident = np.arange(n)
+    pron = rng.choice(["she", "he"], n)
+    tone = rng.integers(1, 7, n)
+    ai, aj = hard_negative_pairs(ident, pron, tone)
+    every = set(zip(ai.tolist(), aj.tolist()))
+    cap = int(len(every) * 0.85)
+    dropped = []
+    for seed in range(3):
+        i, j = sample_hard_negative_pairs(ident, pron, tone, max_pairs=cap, seed=seed)
+        got = set(zip(i.tolist(), j.tolist()))
+        assert len(got) == cap and got <= every
+        dropped.append(every - got)
+    assert dropped[0] != dropped[1] != dropped[2]
+    # the dropped pairs come from both pronouns, not only from the last block in sort order
+    assert {pron[a] for a, _ in dropped[0]} == {"she", "he"}

@@ -372,8 +372,10 @@ def audit_retrieval(
     power = power or PowerOptions()
     say = progress or (lambda msg: None)
     say("parity tests")
-    if catalog is None and embedding_status is not None:
-        catalog = _embedded_items(items, attribute, embedding_status)
+    # the items the search ran over: with the visual-search harness, those that got an embedding
+    searched = _embedded_items(items, attribute, embedding_status) if embedding_status is not None else None
+    if catalog is None:
+        catalog = searched
     par = parity_from_results(results, items, attribute, k, catalog=catalog, missing=missing, options=parity,
                               settings=settings)
     cat_row = par.table.loc[CATALOG_ROW].astype(float)
@@ -386,7 +388,7 @@ def audit_retrieval(
                                                      embedding_status=embedding_status, settings=settings)
     say("exposure and skew")
     audit.ranking, audit.ranking_note = ranking_from_results(results, items, attribute, p_z, k, missing=missing,
-                                                             settings=settings)
+                                                             settings=settings, catalog=searched)
     present = p_z[p_z > 0]
     if power.trials and len(present) >= 2 and present.max() < 1:
         _power_analysis(audit, present, int(par.n_queries), k, parity.continuity, power, settings, say)
@@ -398,12 +400,13 @@ def audit_retrieval(
 
 
 def ranking_from_results(results, items, attribute: str, desired: pd.Series, k: int = 6, *, missing: str = "drop",
-                         settings: AuditSettings | None = None) -> tuple[RankingFairness | None, str | None]:
+                         settings: AuditSettings | None = None,
+                         catalog=None) -> tuple[RankingFairness | None, str | None]:
     """Exposure and skew of the top-``k`` rankings by the attribute (docs/METHODS.md §8.5).
 
     The queries are those of the parity test (a value of the attribute); each ranking keeps its results of rank
     ``<= k`` that have a value, in rank order (a result without one is skipped and the ranks below move up). The
-    permutation tests shuffle the values over the items of the item table that have one.
+    permutation tests shuffle the values over the items of the item table that have one (and are in ``catalog``).
 
     Parameters
     ----------
@@ -413,6 +416,9 @@ def ranking_from_results(results, items, attribute: str, desired: pd.Series, k: 
         Desired share per value (the catalog's shares), in the order of the groups.
     settings : AuditSettings, optional
         ``n_boot``, ``level`` and ``seed`` of the query bootstrap, ``correction`` and ``alpha`` of the tests.
+    catalog : pandas.DataFrame or path, optional
+        The items the search ran over (those with an embedding, with the visual-search harness); only they form
+        the permutation pool. Default: every item of ``items``.
 
     Returns
     -------
@@ -425,6 +431,8 @@ def ranking_from_results(results, items, attribute: str, desired: pd.Series, k: 
     value_of = attr.set_axis(items["item_id"].to_numpy())
     all_codes = pd.Categorical(attr.to_numpy(dtype=object), categories=list(desired.index)).codes.astype(np.int64)
     in_pool = all_codes >= 0  # the items with a value: the pool of the permutation test
+    if catalog is not None:  # only what the search could return (e.g. the items that got an embedding)
+        in_pool &= items["item_id"].isin(read_items(catalog, attribute)["item_id"]).to_numpy()
     index_of = pd.Series(np.cumsum(in_pool) - 1, index=items["item_id"].to_numpy())[in_pool]
     top = results[results["rank"].to_numpy() <= k]
     q_ok = top["query_id"].map(value_of).notna().to_numpy()

@@ -465,7 +465,12 @@ def sample_hard_negative_pairs(identities, pronouns, skin_tones, *, max_pairs: i
     m = total if want >= total else min(total, int(want * 1.25) + 64)
     while True:
         rng = np.random.default_rng(seed)
-        pos = np.arange(total, dtype=np.int64) if m == total else rng.choice(total, m, replace=False).astype(np.int64)
+        if m < total:  # a random order: the first ``want`` kept are a uniform sample
+            pos = rng.choice(total, m, replace=False).astype(np.int64)
+        elif want < total:  # every candidate, in a random order, so the cap drops none by block
+            pos = rng.permutation(total).astype(np.int64)
+        else:
+            pos = np.arange(total, dtype=np.int64)
         i, j = decode(pos)
         keep = ident[i] != ident[j]
         if keep.sum() >= want or m == total:
