@@ -486,7 +486,7 @@ def detectable_curve(
     return df
 
 
-def _needed_n(f_of_n, n_now: int, target: float, n_max: int) -> float:
+def needed_n(f_of_n, n_now: int, target: float, n_max: int) -> float:
     """Smallest catalog size with power >= target (bisection on a power-of-two bracket); inf if > n_max."""
     if f_of_n(n_now) >= target:
         hi = n_now
@@ -583,7 +583,7 @@ def catalog_adequacy(
 
         pl, ph = float(low.iloc[i]), float(high.iloc[i])
         ok = pl >= target and ph >= target
-        need = float(n) if ok else _needed_n(f_both, n, target, n_max)
+        need = float(n) if ok else needed_n(f_both, n, target, n_max)
         name = "the omnibus test" if j is None else f"the contrast test for {t}"
         verdict = "yes" if ok else "no"
         need_txt = "" if ok else (f"; about {int(need):,} items would be needed" if np.isfinite(need)

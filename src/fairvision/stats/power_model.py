@@ -27,7 +27,7 @@ from scipy import stats as _st
 
 from fairvision.errors import ParameterError
 from fairvision.stats.constants import DEFAULT_CORRECTION, METHODS as CORRECTIONS
-from fairvision.stats.power import power_all
+from fairvision.stats.power import needed_n, power_all
 
 DEFAULT_ICC = 0.5
 """Intraclass correlation of one subject's images (docs/METHODS.md §6.7): a cautious middle value; face images of
@@ -308,26 +308,6 @@ class CatalogPlan:
     needed: pd.DataFrame
 
 
-def _needed(f, start: int, target: float, n_max: int) -> float:
-    """Smallest n with f(n) >= target: a doubling bracket from ``start``, then bisection to 2% (the search of
-    stats.power's catalog adequacy check, so both give the same size at nRR = 0.8)."""
-    if f(start) >= target:
-        lo, hi = 1, start
-    else:
-        lo, hi = start, start * 2
-        while f(hi) < target:
-            lo, hi = hi, hi * 2
-            if hi > n_max:
-                return float("inf")
-    while hi - lo > max(1, lo // 50):
-        mid = (lo + hi) // 2
-        if f(mid) >= target:
-            hi = mid
-        else:
-            lo = mid
-    return float(hi)
-
-
 @dataclass(frozen=True)
 class CatalogDesign:
     """The retrieval system: results per query, the nRR to detect, the catalog sizes to show."""
@@ -378,7 +358,7 @@ def catalog_plan(p_z, design: CatalogDesign = CatalogDesign(), *, alpha: float =
             cache[n] = both(n).min(axis=0)
         return cache[n]
 
-    needed = pd.DataFrame({"n_needed": [_needed(lambda n, t=t: float(least(n)[t]), start, target, n_max) for t in power.columns]},
+    needed = pd.DataFrame({"n_needed": [needed_n(lambda n, t=t: float(least(n)[t]), start, target, n_max) for t in power.columns]},
                           index=pd.Index(power.columns, name="test"))
     needed.insert(0, "share", [np.nan, *shares.to_numpy()])
     return CatalogPlan(shares=shares, target_nrr=nrr, k=k, alpha=float(alpha), target=float(target), trials=int(trials),
