@@ -6,6 +6,7 @@ bundled portraits, and ``skin measure --engine ray``."""
 import importlib.util
 import os
 import sys
+import threading
 
 import pandas as pd
 import pytest
@@ -311,3 +312,20 @@ def test_a_call_with_other_actors_waits_for_the_running_one_to_free_its_cpus():
     assert not thread.is_alive()
     assert sorted([first.index] + [o.index for o in rest]) == list(range(20))
     assert [o.value[:2] for o in other] == [("b", 1)] * 6 and [o.value[3] for o in other] == list(range(6))
+
+
+def _holds_a_lock(x, lock=threading.Lock()):  # a function Ray cannot serialise
+    return x
+
+
+@pytest.mark.usefixtures("ray_instance")
+@pytest.mark.ray
+@requires_ray
+def test_a_call_that_fails_to_start_releases_its_pool():
+    from fairvision.engine import ray_engine
+
+    with pytest.raises(FairvisionError, match="the ray engine stopped"):
+        list(imap(_holds_a_lock, [1, 2, 3], workers=1, engine="ray"))
+    assert all(p.users == 0 for p in ray_engine._POOLS.values())
+    assert [o.value for o in imap(_square, [1, 2], workers=1, engine="ray")] == [1, 4]
+    assert all(p.users == 0 for p in ray_engine._POOLS.values())

@@ -15,7 +15,8 @@ import typer
 
 from fairvision.audits.gates import evaluate_conditions, gate_meta, parse_condition
 from fairvision.audits.settings import AuditSettings
-from fairvision.cli.common import NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, results_store, status
+from fairvision.cli.common import (NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, progress_bar,
+                                   results_store, status)
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError, ParameterError
 
@@ -211,7 +212,8 @@ def _measure_skin(df, source, schema, attributes, skin: SkinOptions, settings: A
     subject = subject_col or (SUBJECT_ID if SUBJECT_ID in df.columns else None)
     if subject is not None and subject in df.columns:
         images = images.assign(**{SUBJECT_ID: df[subject].to_numpy()})
-    measured = measure_images(images, params=skin.params, settings=settings, progress=True, store=skin.store)
+    with progress_bar("measuring skin colour") as advance:  # a bar on a terminal, a stage line in a log
+        measured = measure_images(images, params=skin.params, settings=settings, progress=advance, store=skin.store)
     echo = echo or (lambda line: None)
     echo(f"skin colour: {summary_line(measured.attrs['summary'])}")
     keep = [c for c in measured.columns if c not in (IMAGE_PATH, SUBJECT_ID) and c not in df.columns or c == SAMPLE_ID]

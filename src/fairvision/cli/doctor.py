@@ -85,7 +85,8 @@ def _run_probe(group: str, models: bool) -> list[Check]:
     modules, built = next((m, b) for g, m, b in PROBES if g == group)
     code = f"from fairvision.vision.selfcheck import probe; probe({group!r}, {models!r})"
     try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+        # -P: the current folder is not put first on sys.path, so a ray/ or typer.py there cannot stand in
+        p = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
         out, rc, err = p.stdout, p.returncode, p.stderr
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")

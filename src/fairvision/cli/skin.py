@@ -13,7 +13,8 @@ import typer
 
 from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
-    CACHE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done, image_table, results_store,
+    CACHE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done, image_table, progress_bar,
+    results_store,
 )
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
@@ -108,10 +109,11 @@ def measure_cmd(
         images = image_table(str(source))
     elif not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
-    df = measure_images(
-        images, params=params, masks_dir=masks, settings=settings, store=results, overlays_dir=overlays,
-        overlay=render_overlay, progress=progress,
-    )
+    with progress_bar("measuring skin colour", progress) as advance:  # a bar on a terminal, a stage line in a log
+        df = measure_images(
+            images, params=params, masks_dir=masks, settings=settings, store=results, overlays_dir=overlays,
+            overlay=render_overlay, progress=advance,
+        )
     s = df.attrs["summary"]
     if s["measured"] == 0:  # bad input (exit 2, not the gate's 1); an output of failures only is not written
         first = df.iloc[0]
@@ -136,14 +138,18 @@ def _load_or_measure(source: Path, method: str, faces: str, settings: AuditSetti
     from fairvision.skin.batch import MeasureParams, measure_images
     from fairvision.skin.batch_tables import summary_line
 
-    if not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
+    images = source
+    if str(source) in ("portraits", "demo") and not source.exists():  # the bundled portraits / FairFace sample
+        images = image_table(str(source))
+    elif not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
         raise FairvisionError(f"{source}: no such file or folder")
     if source.is_file() and source.suffix.lower() in _OUTPUT_SUFFIXES:
         df = read_raw_table(source)
         if {"L", "hue"} <= set(df.columns):
             return df
-    df = measure_images(source, params=MeasureParams(method=method, faces=faces), settings=settings, progress=True,
-                        store=store)
+    with progress_bar("measuring skin colour") as advance:
+        df = measure_images(images, params=MeasureParams(method=method, faces=faces), settings=settings,
+                            progress=advance, store=store)
     typer.echo(f"{source.name}: {summary_line(df.attrs['summary'])}", err=True)
     return pd.DataFrame(df)
 

@@ -263,10 +263,14 @@ def _acquire(ray, fn, initializer, initargs, threads, count: int, token: str) ->
         if pool is None:
             pool = _POOLS[key] = ActorPool(ray, key, session)
         pool.users += 1
-    for p in stale:
-        if p.session == session:
-            p.kill()
-    pool.ensure(count, setup)
+    try:
+        for p in stale:
+            if p.session == session:
+                p.kill()
+        pool.ensure(count, setup)
+    except BaseException:  # the count must come back down, or the pool is never freed nor checked again
+        _release(pool)
+        raise
     return pool, setup
 
 
@@ -358,11 +362,16 @@ def imap(
         raise
     except Exception as exc:  # noqa: BLE001 - the cluster itself failed (not one item): say so in one line
         raise FairvisionError(f"the ray engine stopped: {type(exc).__name__}: {one_line(exc)}") from None
-    run = _Run(ray, pool, setup, items, count, chunksize, token)
+    run = None
     try:
+        try:
+            run = _Run(ray, pool, setup, items, count, chunksize, token)
+        except Exception as exc:  # noqa: BLE001 - e.g. a fn Ray cannot serialise: one line, and the pool released
+            raise FairvisionError(f"the ray engine stopped: {type(exc).__name__}: {one_line(exc)}") from None
         yield from run.outcomes(Reorderer(ordered, progress))
     finally:
-        run.cancel()
+        if run is not None:
+            run.cancel()
         _release(pool)
 
 

@@ -352,6 +352,10 @@ def skin_mask(image_rgb: np.ndarray, method: str = "mediapipe", **kw) -> MaskRes
         res = mediapipe_mask(image_rgb, **mp_kw)
         if res.ok:
             return res
+        if (res.reason == "no face found" and mp_kw.get("detector_fallback", True)
+                and int(kw.get("upsample", 1)) == 1):
+            # the face finder's last stage was dlib's HOG detector at this upsampling: running it again finds nothing
+            return colour_mask(image_rgb, **{k: v for k, v in kw.items() if k == "min_pixels"})
         dl_kw = {k: v for k, v in kw.items() if k in ("upsample", "max_faces", "faces", "min_pixels")}
         res = dlib_mask(image_rgb, **dl_kw)
         if res.ok:
