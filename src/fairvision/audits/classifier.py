@@ -33,7 +33,7 @@ from fairvision.audits.gates import quantity_key
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings, SettingsView
 from fairvision.errors import FairvisionError, ParameterError
 from fairvision.groups import Intersection, cell_counts, intersections, resolve_attributes, subject_codes
-from fairvision.io.scores import check_known_classes, class_labels
+from fairvision.io.scores import check_predicted_classes, class_labels
 from fairvision.io.validate import empty_cells, finite_values, require_columns
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.clustered import group_vs_rest_design_effect
@@ -252,11 +252,7 @@ def audit_classifier(
         if subject_col != "subject_id":
             require_columns(data, [subject_col], source=source, what="subject column")
         subject_col = None
-    known = set(class_labels(data[true_col][~empty_cells(data[true_col])]).tolist())
-    if schema is not None and true_col in schema and schema[true_col].categories is not None:
-        known |= set(map(str, schema[true_col].categories))
-    check_known_classes(data, pred_col, known, source=source, of=f"the true classes in {true_col!r}",
-                        hint=f"a class the samples lack can be declared for {true_col!r} in the schema")
+    known = check_predicted_classes(data, pred_col, data, true_col, schema=schema, source=source)
     ok, why = _left_out(data, true_col, pred_col, score_col, score)
     coverage = audit_coverage(data, ok, attrs, step="classification", settings=settings, reasons=why, unit="samples")
     used = data.loc[ok].reset_index(drop=True)

@@ -41,7 +41,7 @@ from fairvision.audits.gates import quantity_key
 from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
 from fairvision.errors import ColumnError, FairvisionError, ParameterError
 from fairvision.groups import Intersection, group_label, intersections, resolve_attributes, sparse_membership, subject_codes
-from fairvision.io.scores import check_known_classes, class_labels, metric_values
+from fairvision.io.scores import check_predicted_classes, class_labels, metric_values
 from fairvision.metrics.verification import cosine_scores, hard_negative_pairs, positive_pairs, tar_at_far_by_group
 from fairvision.schema import Attribute, Schema
 from fairvision.stats.groupwise import cluster_means, group_summary
@@ -381,19 +381,6 @@ def _test_units(values: np.ndarray, inter: Intersection, subjects: np.ndarray, u
         ok = ~np.isnan(x)
         return x[ok], codes[ok], subj[ok]
     return cluster_means(x, codes, subj)
-
-
-def check_predicted_classes(predictions: pd.DataFrame, pred_col: str, data: pd.DataFrame, true_col: str, *,
-                            schema: Schema | None = None, source: str = "samples") -> None:
-    """A predicted class must be a true class of ``data`` or declared for ``true_col`` in ``schema``
-    (docs/METHODS.md §6.4): a prediction spelt otherwise ("Female" for "female", 0 for "cat") would silently count
-    as wrong. Raises a one-line :class:`~fairvision.errors.ColumnError` naming ``source``, the row, the column
-    and a few of the unknown classes."""
-    known = set(class_labels(data[true_col][~empty_cells(data[true_col])]).tolist())
-    if schema is not None and true_col in schema and schema[true_col].categories is not None:
-        known |= set(schema[true_col].categories)
-    check_known_classes(predictions, pred_col, known, source=source, of=f"the true classes in {true_col!r}",
-                        hint=f"a class the samples lack can be declared for {true_col!r} in the schema")
 
 
 def _od_by_intersection(data, inters, subjects, true_col, pred_col, settings: AuditSettings,

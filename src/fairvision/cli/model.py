@@ -67,7 +67,8 @@ def run_model_audit(samples, scores, attributes, output, *, metrics=(), subject_
     # lazy: pandas, scipy and the report stack cost about 1.5 s, ten times the CLI's start-up (every command imports this module)
     import pandas as pd
 
-    from fairvision.audits.model import audit_model, check_predicted_classes
+    from fairvision.audits.model import audit_model
+    from fairvision.io.scores import check_predicted_classes
     from fairvision.io.scores import join_scores, score_columns
     from fairvision.io.tables import read_table
     from fairvision.io.validate import finite_values

@@ -122,3 +122,17 @@ def check_known_classes(data: pd.DataFrame, column: str, known, *, source: str, 
                           f"{'a class' if len(unknown) == 1 else f'{len(unknown)} classes'} not among {of}: "
                           f"{_quoted(unknown)} ({n_bad:,} row{'s' if n_bad != 1 else ''}; known: "
                           f"{_quoted(sorted(known), 5)}){'; ' + hint if hint else ''}")
+
+
+def check_predicted_classes(predictions: pd.DataFrame, pred_col: str, data: pd.DataFrame, true_col: str, *,
+                            schema=None, source: str = "samples") -> set:
+    """A predicted class must be a true class of ``data`` or declared for ``true_col`` in ``schema`` (a
+    :class:`fairvision.schema.Schema` or None; docs/METHODS.md §6.4): a prediction spelt otherwise ("Female" for
+    "female", 0 for "cat") would silently count as wrong. Raises a one-line :class:`~fairvision.errors.ColumnError` naming ``source``, the row, the column
+    and a few of the unknown classes. Returns the known classes (as :func:`class_labels` spells them)."""
+    known = set(class_labels(data[true_col][~empty_cells(data[true_col])]).tolist())
+    if schema is not None and true_col in schema and schema[true_col].categories is not None:
+        known |= set(class_labels(pd.Series(list(schema[true_col].categories), dtype=object)).tolist())
+    check_known_classes(predictions, pred_col, known, source=source, of=f"the true classes in {true_col!r}",
+                        hint=f"a class the samples lack can be declared for {true_col!r} in the schema")
+    return known
