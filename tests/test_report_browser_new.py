@@ -177,9 +177,10 @@ _INSPECT = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", list(BUILDERS))
-def test_new_report_in_the_browser(name, reports, browser, shots):
-    html = reports[name]
+def check_in_browser(browser, html: Path, shot: Path, *, before_shot=None) -> tuple[dict, dict, str]:
+    """Open ``html`` in ``browser`` at :data:`WIDTH` px, save a full-page screenshot to ``shot`` and assert what
+    every report must pass; returns ``(report.json, page info, visible text)`` for checks of its own.
+    ``before_shot(page)`` runs on the loaded page first (e.g. a click that must not raise)."""
     doc = json.loads(html.with_name("report.json").read_text())
     page = browser.new_page(viewport={"width": WIDTH, "height": 900})
     errors, requests, failed = [], [], []
@@ -192,7 +193,10 @@ def test_new_report_in_the_browser(name, reports, browser, shots):
         page.wait_for_load_state("load")
         info = page.evaluate(_INSPECT)
         text = page.inner_text("body")
-        page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+        if before_shot is not None:
+            before_shot(page)
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
     finally:
         page.close()
     assert errors == [], errors
@@ -210,3 +214,9 @@ def test_new_report_in_the_browser(name, reports, browser, shots):
     # no raw Python values where a reader sees them
     raw = sorted({m.group(0) for m in RAW.finditer(text)})
     assert not raw, (raw, [line for line in text.splitlines() if RAW.search(line)][:10])
+    return doc, info, text
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_new_report_in_the_browser(name, reports, browser, shots):
+    check_in_browser(browser, reports[name], shots / f"{name}.png")

@@ -3,19 +3,16 @@ errors, the findings summary first with the planted gap, the forest plot drawn, 
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
 from fairvision.cli import main
 
 from test_report_browser import _browser  # noqa: E402  (tests/ is on sys.path)
+from test_report_browser_new import RAW  # noqa: E402
 from test_verification_pairs import planted  # noqa: E402
 
 pytestmark = pytest.mark.browser
-
-RAW = re.compile(r"(?<![\w.-])(nan|NaN|None|<NA>|NaT|inf)(?![\w.-])|Timestamp\(|\[array\(|array\(\[|dtype[=:]")
 
 
 def test_verification_report_from_built_pairs_opens_in_the_browser(tmp_path):
