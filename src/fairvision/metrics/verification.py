@@ -312,6 +312,19 @@ def tone_levels(values) -> np.ndarray:
     return out
 
 
+def _pair_codes(identities, pronouns, skin_tones, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Integer codes of the identities and pronouns and the tone levels of FHIBE's pair rule, checked: equal
+    lengths, and no missing pronoun (one-line errors; ``name`` is the function in the message)."""
+    ident, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
+    pron, _ = pd.factorize(pd.Series(np.asarray(pronouns, dtype=object)))
+    tone = tone_levels(list(skin_tones))
+    if not (pron.size == tone.size == ident.size):
+        raise FairvisionError(f"{name}: identities, pronouns and skin tones differ in length")
+    if (pron < 0).any():
+        raise FairvisionError(f"pronoun of sample {int(np.flatnonzero(pron < 0)[0]) + 1} is missing")
+    return ident, pron, tone
+
+
 def hard_negative_pairs(identities, pronouns, skin_tones, *, max_tone_diff: int = 1,
                         max_pairs: int = 50_000_000) -> tuple[np.ndarray, np.ndarray]:
     """FHIBE hard negatives: different identity, same pronoun, skin tone within ``max_tone_diff`` levels.
@@ -339,14 +352,8 @@ def hard_negative_pairs(identities, pronouns, skin_tones, *, max_tone_diff: int 
     FairvisionError
         If more than ``max_pairs`` pairs would be built (memory guard).
     """
-    ident, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
-    pron, _ = pd.factorize(pd.Series(np.asarray(pronouns, dtype=object)))
-    tone = tone_levels(list(skin_tones))
+    ident, pron, tone = _pair_codes(identities, pronouns, skin_tones, "hard_negative_pairs")
     n = ident.size
-    if not (pron.size == tone.size == n):
-        raise FairvisionError("hard_negative_pairs: identities, pronouns and skin tones differ in length")
-    if (pron < 0).any():
-        raise FairvisionError(f"pronoun of sample {int(np.flatnonzero(pron < 0)[0]) + 1} is missing")
     blocks: dict[tuple[int, int], np.ndarray] = {}
     key = pd.Series(np.arange(n)).groupby([pron, tone]).indices
     for k, idx in key.items():
@@ -418,14 +425,8 @@ def sample_hard_negative_pairs(identities, pronouns, skin_tones, *, max_pairs: i
     i, j : numpy.ndarray of int64
         Sample indices of every kept impostor pair, ``i < j``, sorted by (i, j).
     """
-    ident, _ = pd.factorize(pd.Series(np.asarray(identities, dtype=object)))
-    pron, _ = pd.factorize(pd.Series(np.asarray(pronouns, dtype=object)))
-    tone = tone_levels(list(skin_tones))
+    ident, pron, tone = _pair_codes(identities, pronouns, skin_tones, "sample_hard_negative_pairs")
     n = ident.size
-    if not (pron.size == tone.size == n):
-        raise FairvisionError("sample_hard_negative_pairs: identities, pronouns and skin tones differ in length")
-    if (pron < 0).any():
-        raise FairvisionError(f"pronoun of sample {int(np.flatnonzero(pron < 0)[0]) + 1} is missing")
     if max_pairs is not None and max_pairs < 0:
         raise FairvisionError(f"max_pairs must be 0 or more, not {max_pairs}")
     if max_tone_diff < 0:
