@@ -141,6 +141,34 @@ def test_tar_far_and_accuracy_at_one_global_threshold_match_a_direct_count():
         assert r["n_genuine"] == (m & g).sum() and r["n_impostor"] == (m & ~g).sum()
 
 
+def test_weighted_accuracy_equals_repeating_pairs_by_their_weights():
+    from fairvision.metrics.verification import weighted_accuracy
+    rng = np.random.default_rng(5)
+    scores, genuine = rng.normal(size=40), rng.random(40) < 0.4
+    w = rng.integers(0, 4, size=(3, 40))
+    thr = np.array([-0.2, 0.1, 0.5])
+    got = weighted_accuracy(scores, genuine, w, thr)
+    for r in range(3):  # independent: repeat every pair by its weight and count decisions
+        s, g = np.repeat(scores, w[r]), np.repeat(genuine, w[r])
+        right = np.where(g, s > thr[r], s <= thr[r])
+        assert got[r] == pytest.approx(right.mean())
+    assert np.isnan(weighted_accuracy(scores, genuine, np.zeros(40), 0.0)[0])
+
+
+def test_accuracy_has_a_subject_bootstrap_ci_around_it():
+    data, emb = planted(n_subjects=60, noise=(0.8, 1.2), seed=3)
+    for threshold in ("group", "global", "eer"):
+        res = audit_verification_samples(data, ["group"], emb, data.sample_id, far=(0.05,), threshold=threshold,
+                                         settings=AuditSettings(n_boot=200, seed=0))
+        for tbl in (res.groups, res.overall):
+            assert {"accuracy_ci_low", "accuracy_ci_high"} <= set(tbl.columns)
+            ok = tbl["accuracy"].notna()
+            assert ok.any()
+            t = tbl[ok]
+            assert ((t["accuracy_ci_low"] <= t["accuracy"] + 1e-9) & (t["accuracy"] <= t["accuracy_ci_high"] + 1e-9)).all()
+            assert (t["accuracy_ci_high"] - t["accuracy_ci_low"] > 0).all()
+
+
 def test_missing_columns_and_tones_are_one_line_errors():
     data = pd.DataFrame({"sample_id": ["a", "b"], "subject_id": ["1", "2"], "pronoun": ["he", "he"],
                          "skin_tone": ["IV", "dark"]})

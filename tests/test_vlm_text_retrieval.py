@@ -64,6 +64,29 @@ def test_planted_group_flagged_independent_attribute_not():
     assert q["max_skew.g"] > 0 and "attention_ratio.h.x" in q
 
 
+def test_intersections_rank_by_combined_groups_checked_by_hand():
+    data, x, text = _planted(n=120, seed=3)
+    res = audit_text_retrieval(data, _frame(data, x), text, ["g", "h"], k=12, max_k=2)
+    assert list(res.rankings) == ["g", "h", "g × h"]
+    dist = cdist(np.stack(text["embedding"]), x.astype(np.float64), metric="cosine")
+    want = np.argsort(dist, axis=1, kind="stable")[:, :12]
+    label = (data["g"] + " × " + data["h"]).to_numpy()
+    present = [f"{a} × {b}" for a in ("a", "b") for b in ("x", "y", "z") if f"{a} × {b}" in set(label)]
+    shares = np.array([np.mean(label == c) for c in present])
+    codes = np.array([[present.index(v) for v in row] for row in label[want]])
+    pq = res.per_query[res.per_query["attribute"] == "g × h"]
+    np.testing.assert_allclose(pq["ndkl"], [_ndkl_by_hand(list(c), list(shares)) for c in codes], rtol=1e-12)
+    gh = res.groups[res.groups["attribute"] == "g × h"].set_index("group")
+    assert list(gh.index) == present
+    for j, c in enumerate(present):
+        assert gh.loc[c, "share"] == pytest.approx((codes == j).mean())
+    # the planted group leans to the queries in every h: each b × h cell is over-represented, each a × h under
+    assert (gh.loc[[c for c in present if c.startswith("b")], "skew"] > 0).all()
+    assert "skew.g+h.b+x" in res.quantities()
+    with pytest.raises(ParameterError):
+        audit_text_retrieval(data, _frame(data, x), text, ["g"], max_k=0)
+
+
 def test_uniform_desired_and_the_missing_rules():
     data, x, text = _planted()
     emb = _frame(data, x)
@@ -100,6 +123,13 @@ def test_cli_with_query_embeddings_and_a_gate(tmp_path, capsys):
     assert [s["id"] for s in doc["sections"]][:2] == ["vlm-retrieval-g", "vlm-retrieval-h"]
     assert any("g = b" in f["sentence"] for f in doc["findings"])
     assert len(pd.read_parquet(out / "top.parquet")) == 100
+    out2 = tmp_path / "rep2"
+    rc = main(["audit", "vlm", "retrieval", "--samples", str(tmp_path / "s.csv"), "--image-embeddings",
+               str(tmp_path / "img.npz"), "--text-embeddings", str(tmp_path / "q.parquet"), "-a", "g", "-a", "h",
+               "-k", "10", "--n-boot", "100", "--max-k", "2", "--fail-if", "max_skew.g+h>5", "-o", str(out2)])
+    assert rc == 0 and "g × h: NDKL" in capsys.readouterr().out
+    doc = json.loads((out2 / "report.json").read_text())
+    assert [s["id"] for s in doc["sections"]][:3] == ["vlm-retrieval-g", "vlm-retrieval-h", "vlm-retrieval-g-h"]
 
 
 def test_cli_user_errors_exit_2(tmp_path, capsys):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,7 @@ from fairvision.groups import intersections, sparse_membership, subject_codes
 from fairvision.io.tables import SAMPLE_ID, SUBJECT_ID
 from fairvision.io.validate import check_unique_ids
 from fairvision.metrics.verification import (cosine_scores, eer_threshold, tar_at_far, tar_at_far_by_group,
-                                             weighted_eer_threshold, weighted_tar_at_far)
+                                             weighted_accuracy, weighted_eer_threshold, weighted_tar_at_far)
 from fairvision.schema import Schema
 from fairvision.stats.resample import cluster_bootstrap
 
@@ -292,12 +292,13 @@ def _overall_row(scored: _ScoredPairs, far: float, settings: AuditSettings, thre
     fixed = _global_threshold(scored, far, threshold)
     est = tar_at_far_by_group(scores, genuine, np.zeros(len(scores), int), far, threshold="global",
                               fixed_threshold=fixed)
-    lo, hi, _, _ = _bootstrap(scored, [np.arange(len(scores))], far, "group" if threshold != "eer" else "eer", [],
-                              settings, pool=np.arange(len(scores)))
+    ci = _bootstrap(scored, [np.arange(len(scores))], far, "group" if threshold != "eer" else "eer", [],
+                    settings, pool=np.arange(len(scores)))
     ng, ni = int(genuine.sum()), int((~genuine).sum())
-    return {"far_target": far, "tar": float(est["tar"].iloc[0]), "ci_low": lo[0], "ci_high": hi[0],
+    return {"far_target": far, "tar": float(est["tar"].iloc[0]), "ci_low": ci.tar_low[0], "ci_high": ci.tar_high[0],
             "threshold": float(est["threshold"].iloc[0]), "far": float(est["far"].iloc[0]),
             "accuracy": float(_accuracy(est["tar"].to_numpy(float), est["far"].to_numpy(float), ng, ni)[0]),
+            "accuracy_ci_low": ci.acc_low[0], "accuracy_ci_high": ci.acc_high[0],
             "n_genuine": ng, "n_impostor": ni, "n_subjects": scored.n_subjects}
 
 
@@ -321,17 +322,17 @@ def _group_tars(scored: _ScoredPairs, inter, ia, ib, n_rows: int, fars, threshol
         est = est.reindex(range(inter.n_cells))
         est[["n_genuine", "n_impostor"]] = est[["n_genuine", "n_impostor"]].fillna(0).astype(int)
         big = (n_subjects >= settings.min_subjects) & est["tar"].notna().to_numpy()
-        lo, hi, dlo, dhi = _bootstrap(scored, members, f, threshold, np.flatnonzero(big), settings,
-                                      pool=np.arange(scored.scores.size))
+        ci = _bootstrap(scored, members, f, threshold, np.flatnonzero(big), settings, pool=np.arange(scored.scores.size))
         tbl = pd.DataFrame({"intersection": inter.name, "group": labels, "far_target": f, "tar": est["tar"].to_numpy(),
-                            "ci_low": lo, "ci_high": hi, "threshold": est["threshold"].to_numpy(),
+                            "ci_low": ci.tar_low, "ci_high": ci.tar_high, "threshold": est["threshold"].to_numpy(),
                             "far": est["far"].to_numpy(),
                             "accuracy": _accuracy(est["tar"].to_numpy(float), est["far"].to_numpy(float),
                                                   est["n_genuine"].to_numpy(), est["n_impostor"].to_numpy()),
+                            "accuracy_ci_low": ci.acc_low, "accuracy_ci_high": ci.acc_high,
                             "n_genuine": est["n_genuine"].to_numpy(),
                             "n_impostor": est["n_impostor"].to_numpy(), "n_subjects": n_subjects,
                             "too_small": n_subjects < settings.min_subjects})
-        yield tbl, _summary(inter.name, f, tbl, big, dlo, dhi)
+        yield tbl, _summary(inter.name, f, tbl, big, ci.diff_low, ci.diff_high)
 
 
 def _summary(name: str, far: float, tbl: pd.DataFrame, big: np.ndarray, dlo: float, dhi: float) -> dict:
@@ -353,36 +354,50 @@ def _summary(name: str, far: float, tbl: pd.DataFrame, big: np.ndarray, dlo: flo
 _CHUNK = 2_000_000  # pair weights held at once (replicates x pairs)
 
 
-def _bootstrap(scored: _ScoredPairs, members, far, threshold, compared, settings: AuditSettings, pool=None):
-    """Percentile CIs of every group's TAR (the pairs ``members`` of each) and of the difference max - min over
-    the ``compared`` groups, from ``settings.n_boot`` subject-bootstrap replicates; ``pool``: the pairs that set
-    the global threshold."""
+class _BootstrapCIs(NamedTuple):
+    tar_low: np.ndarray
+    tar_high: np.ndarray
+    acc_low: np.ndarray
+    acc_high: np.ndarray
+    diff_low: float
+    diff_high: float
+
+
+def _bootstrap(scored: _ScoredPairs, members, far, threshold, compared, settings: AuditSettings,
+               pool=None) -> _BootstrapCIs:
+    """Percentile CIs of every group's TAR and accuracy (the pairs ``members`` of each) and of the TAR difference
+    max - min over the ``compared`` groups, from ``settings.n_boot`` subject-bootstrap replicates; ``pool``: the
+    pairs that set the global threshold. A replicate's accuracy is at that replicate's threshold, so its CI holds the
+    threshold's own variation."""
     scores, genuine, sa, sb = scored.scores, scored.genuine, scored.sa, scored.sb
     k = len(members)
     if settings.n_boot <= 0:
-        return np.full(k, np.nan), np.full(k, np.nan), np.nan, np.nan
+        nan = np.full(k, np.nan)
+        return _BootstrapCIs(nan, nan, nan, nan, np.nan, np.nan)
     # pairs in descending score order: the sorts inside weighted_tar_at_far then meet presorted runs in every chunk
     members = [idx[np.argsort(-scores[idx], kind="stable")] for idx in members]
     if pool is not None:
         pool = np.asarray(pool)[np.argsort(-scores[np.asarray(pool)], kind="stable")]
 
-    def tar_of(idx, w, thr=None):
-        out_t = np.empty(w.shape[0])
+    def pair_weights(idx, wc):
+        return np.where(genuine[idx], wc[:, sa[idx]], wc[:, sa[idx]] * wc[:, sb[idx]])
+
+    def tar_acc_of(idx, w, thr=None):
+        out_t, out_a = np.empty(w.shape[0]), np.empty(w.shape[0])
         step = max(1, _CHUNK // max(1, idx.size))
         for c in range(0, w.shape[0], step):  # chunks of replicates bound memory
-            wc = w[c:c + step]
-            pw = np.where(genuine[idx], wc[:, sa[idx]], wc[:, sa[idx]] * wc[:, sb[idx]])
-            out_t[c:c + step], _ = weighted_tar_at_far(scores[idx], genuine[idx], pw, far,
-                                                       thresholds=None if thr is None else thr[c:c + step])
-        return out_t
+            pw = pair_weights(idx, w[c:c + step])
+            out_t[c:c + step], used = weighted_tar_at_far(scores[idx], genuine[idx], pw, far,
+                                                          thresholds=None if thr is None else thr[c:c + step])
+            out_a[c:c + step] = weighted_accuracy(scores[idx], genuine[idx], pw, used)
+        return out_t, out_a
 
     def glob_thr(w):
         idx = np.asarray(pool)
         out = np.empty(w.shape[0])
         step = max(1, _CHUNK // max(1, idx.size))
         for c in range(0, w.shape[0], step):
-            wc = w[c:c + step]
-            pw = np.where(genuine[idx], wc[:, sa[idx]], wc[:, sa[idx]] * wc[:, sb[idx]])
+            pw = pair_weights(idx, w[c:c + step])
             if threshold == "eer":
                 out[c:c + step], _ = weighted_eer_threshold(scores[idx], genuine[idx], pw)
             else:
@@ -391,8 +406,10 @@ def _bootstrap(scored: _ScoredPairs, members, far, threshold, compared, settings
 
     def statistic(w):
         thr = glob_thr(w) if threshold in ("global", "eer") else None
-        cols = [tar_of(idx, w, thr) if idx.size else np.full(w.shape[0], np.nan) for idx in members]
-        t = np.column_stack(cols) if cols else np.zeros((w.shape[0], 0))
+        nan = np.full(w.shape[0], np.nan)
+        pairs = [tar_acc_of(idx, w, thr) if idx.size else (nan, nan) for idx in members]
+        t = np.column_stack([p[0] for p in pairs]) if pairs else np.zeros((w.shape[0], 0))
+        a = np.column_stack([p[1] for p in pairs]) if pairs else np.zeros((w.shape[0], 0))
         if len(compared) >= 2:
             sub = t[:, compared]
             with np.errstate(invalid="ignore"):
@@ -400,9 +417,9 @@ def _bootstrap(scored: _ScoredPairs, members, far, threshold, compared, settings
                     if sub.shape[1] else np.full(w.shape[0], np.nan)
         else:
             diff = np.full(w.shape[0], np.nan)
-        return np.column_stack([t, diff])
+        return np.column_stack([t, a, diff])
 
     res = cluster_bootstrap(statistic, np.arange(scored.n_subjects), n_boot=settings.n_boot, level=settings.level,
                             seed=settings.seed)
     lo, hi = np.atleast_1d(res.ci_low), np.atleast_1d(res.ci_high)
-    return lo[:k], hi[:k], float(lo[k]), float(hi[k])
+    return _BootstrapCIs(lo[:k], hi[:k], lo[k:2 * k], hi[k:2 * k], float(lo[2 * k]), float(hi[2 * k]))

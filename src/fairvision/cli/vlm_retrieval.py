@@ -32,6 +32,7 @@ def retrieval_cmd(
     model: Optional[Path] = typer.Option(None, "--model", help="Local weights for --backend (nothing is downloaded)."),
     arch: Optional[str] = typer.Option(None, "--arch", help="open_clip architecture name, e.g. ViT-B-32."),
     k: int = typer.Option(10, "-k", "--k", min=1, help="Images per query that count (top k)."),
+    max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection size (2 = also every pair of attributes, e.g. gender × age, each with its own NDKL, skews and tests)."),
     desired: str = typer.Option("data", "--desired", help="Compare the top k with: data (the face set's shares, demographic parity; default) or uniform (equal shares)."),
     missing: str = typer.Option("error", "--missing", help="Empty attribute cells: 'error' (stop), 'drop' (leave the samples out, reported by group), 'keep' (group '(missing)')."),
     output: Path = typer.Option(Path("fairvision-vlm-retrieval"), "--output", "-o", help="Output folder for report.html, report.json, top.parquet and tables/."),
@@ -78,13 +79,13 @@ def retrieval_cmd(
     data = read_table(samples)
     result = audit_text_retrieval(data, image_embeddings, queries_src, attr,
                                   samples=SampleOptions(subject_col=None, missing=missing), k=k, desired=desired,
-                                  settings=settings)
+                                  max_k=max_k, settings=settings)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []
     report = Report(title=title or f"Text-to-image retrieval: {samples.name}",
                     subtitle="fairvision audit vlm retrieval",
                     meta={"samples": str(samples), "image embeddings": str(image_embeddings),
                           "queries": str(text_embeddings) if text_embeddings else f"{len(result.queries)} embedded",
-                          "k": k, "desired": desired, "missing": missing, "settings": settings.to_meta(),
+                          "k": k, "max k": max_k, "desired": desired, "missing": missing, "settings": settings.to_meta(),
                           **({"model": made_by["model"]} if made_by.get("model") else {}),
                           **({"model note": " ".join(notes)} if notes else {}), **gate_meta(evaluated)})
     for i, section in enumerate(text_retrieval_sections(result, conditions=evaluated)):

@@ -214,6 +214,43 @@ def weighted_tar_at_far(scores, genuine, weights, far: float = 0.001, *,
     return tar, thr
 
 
+def weighted_accuracy(scores, genuine, weights, thresholds) -> np.ndarray:
+    """Share of pair weight decided right at a threshold, for many weight vectors at once (docs/METHODS.md §6.1).
+
+    A pair is accepted when its score is above the threshold (the rule of :func:`tar_at_far`); it is decided right
+    when it is genuine and accepted or an impostor and rejected. With unit weights this is
+    ``(TAR * n_genuine + (1 - FAR) * n_impostor) / n_pairs``.
+
+    Parameters
+    ----------
+    scores : array_like of float, shape (n_pairs,)
+        Similarity of every pair.
+    genuine : array_like of bool, shape (n_pairs,)
+        True for positive pairs.
+    weights : array_like, shape (m, n_pairs) or (n_pairs,)
+        Weight of every pair in each of m weightings (e.g. subject-bootstrap draw counts).
+    thresholds : array_like, shape (m,) or scalar
+        The threshold of each weighting (NaN gives NaN).
+
+    Returns
+    -------
+    numpy.ndarray, shape (m,)
+        NaN where the pairs weigh nothing or the threshold is NaN.
+    """
+    s = np.asarray(scores, dtype=float).ravel()
+    g = np.asarray(genuine, dtype=bool).ravel()
+    w = np.atleast_2d(np.asarray(weights, dtype=float))
+    if w.shape[1] != s.size or g.size != s.size:
+        raise FairvisionError(f"weighted_accuracy: {s.size} scores, {g.size} genuine flags, weights of shape {w.shape}")
+    thr = np.broadcast_to(np.asarray(thresholds, dtype=float), (w.shape[0],))
+    accepted = s[None, :] > thr[:, None]
+    right = np.where(g[None, :], accepted, ~accepted)
+    total = w.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        acc = (w * right).sum(axis=1) / total
+    return np.where((total > 0) & ~np.isnan(thr), acc, np.nan)
+
+
 def cosine_scores(embeddings, i, j, *, chunk: int = 1_000_000) -> np.ndarray:
     """Cosine similarity of embedding rows ``i[k]`` and ``j[k]`` for every pair k (chunked).
 

@@ -13,6 +13,7 @@ No model is loaded here: the command embeds the queries, or reads their embeddin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations, product
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.audits.vlm.prompts import read_text_embeddings
 from fairvision.audits.vlm.samples import SampleOptions, align_embeddings, prepare_samples
 from fairvision.errors import ColumnError, InputFileError, ParameterError
+from fairvision.groups import SEP
 from fairvision.io.embeddings import read_embeddings
 from fairvision.io.validate import empty_cells
 from fairvision.schema import MISSING_LABEL, Attribute, Schema
@@ -126,6 +128,7 @@ def audit_text_retrieval(
     samples: SampleOptions | None = None,
     k: int = 10,
     desired: str = "data",
+    max_k: int = 1,
     settings: AuditSettings | None = None,
 ) -> TextRetrievalResult:
     """Text-to-image retrieval probe: skew and exposure of the top-k images of neutral queries by group
@@ -140,7 +143,7 @@ def audit_text_retrieval(
     query_embeddings : path-like or DataFrame
         The queries' text embeddings from the same model (:func:`read_query_embeddings`).
     attrs : list of str
-        Group attributes; each is measured on its own.
+        Group attributes; each is measured on its own, and so is every intersection of up to ``max_k`` of them.
     samples : SampleOptions, optional
         Id column and the rule for empty attribute cells (``missing``: ``"error"`` by default, ``"drop"`` leaves
         the rows out of the face set and reports them as left out, ``"keep"`` makes a group ``(missing)``).
@@ -149,6 +152,9 @@ def audit_text_retrieval(
     desired : {"data", "uniform"}
         The distribution the top k is compared with: the face set's own shares (``data``, demographic parity)
         or equal shares of the groups present (``uniform``).
+    max_k : int
+        Largest intersection size: 2 also ranks by every pair of attributes (``"gender × age"``, its groups the
+        combinations present in the face set), with its own NDKL, skews and tests, corrected over its groups.
     settings : AuditSettings, optional
         ``n_boot``, ``level`` and ``seed`` of the query bootstrap; ``correction`` (over the groups of an attribute)
         and ``alpha`` of the tests.
@@ -177,9 +183,12 @@ def audit_text_retrieval(
     sample_ids = data[samples.id_col].astype(str).to_numpy()
     top = pd.DataFrame({"query": np.repeat(queries, k), "rank": np.tile(np.arange(1, k + 1), len(queries)),
                         samples.id_col: sample_ids[order].ravel(), "similarity": sim.ravel()})
+    if int(max_k) < 1:
+        raise ParameterError("max_k", f"must be at least 1, got {max_k}")
     rankings, summary, groups, per_query = {}, [], [], []
-    for attr in attrs:
-        res = _rank_attribute(data[attr], order, desired, k, settings)
+    for combo in (c for size in range(1, min(int(max_k), len(attrs)) + 1) for c in combinations(attrs, size)):
+        attr = SEP.join(combo)
+        res = _rank_groups(*_group_labels(data, combo), order, desired, k, settings)
         rankings[attr] = res
         summary.append(res.summary.reset_index().assign(attribute=attr))
         groups.append(res.groups.reset_index().assign(attribute=attr))
@@ -191,21 +200,35 @@ def audit_text_retrieval(
         groups=_first(pd.concat(groups, ignore_index=True), lead),
         per_query=_first(pd.concat(per_query, ignore_index=True), ["attribute", "query"]),
         meta={"n_samples": len(data), "n_dropped": n_rows - len(data), "n_queries": len(queries), "k": int(k),
-              "desired": desired, "missing": samples.missing, "n_boot": settings.n_boot, "source": source})
+              "desired": desired, "missing": samples.missing, "n_boot": settings.n_boot, "source": source,
+              "max_k": int(max_k)})
 
 
 def _first(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return df[cols + [c for c in df.columns if c not in cols]]
 
 
-def _rank_attribute(values: pd.Series, order: np.ndarray, desired: str, k: int,
-                    settings: AuditSettings) -> RankingFairness:
-    """Ranking fairness of the top-k images by one attribute, against the face set's or equal shares."""
+def _labels(values: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Every row's group label (empty cells: the ``(missing)`` group of ``missing="keep"``) and the groups in order."""
     empty = np.asarray(empty_cells(values), dtype=bool)
     cats = [str(c) for c in values.cat.categories] if isinstance(values.dtype, pd.CategoricalDtype) else \
         sorted(pd.unique(values[~empty].astype(str)))
     cats += [MISSING_LABEL] if empty.any() else []  # missing="keep": a group of its own
-    text = np.where(empty, MISSING_LABEL, values.astype(str).to_numpy(dtype=object))
+    return np.where(empty, MISSING_LABEL, values.astype(str).to_numpy(dtype=object)), cats
+
+
+def _group_labels(data: pd.DataFrame, combo: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
+    """Group labels of one attribute or an intersection (``"Female × 20-29"``), groups in the attributes' order."""
+    parts = [_labels(data[a]) for a in combo]
+    if len(parts) == 1:
+        return parts[0]
+    text = np.array([SEP.join(t) for t in zip(*(p[0] for p in parts))], dtype=object)
+    return text, [SEP.join(c) for c in product(*(p[1] for p in parts))]
+
+
+def _rank_groups(text: np.ndarray, cats: list[str], order: np.ndarray, desired: str, k: int,
+                 settings: AuditSettings) -> RankingFairness:
+    """Ranking fairness of the top-k images by one attribute set, against the face set's or equal shares."""
     codes = pd.Categorical(text, categories=cats).codes.astype(np.int64)
     counts = np.bincount(codes[codes >= 0], minlength=len(cats)).astype(float)
     keep = counts > 0  # declared groups without an image cannot be retrieved

@@ -38,7 +38,7 @@ def verification_section(result, *, conditions: list[dict] | None = None,
     sec = Section(
         "verification", title,
         intro=(f"True accept rate at FAR = {fars} for every group and intersection, with {how}; a pair counts for a "
-               f"group when both of its images are in it. {ci}. Groups with fewer than {result.min_subjects} subjects "
+               f"group when both of its images are in it. {ci}, for TAR and for accuracy (accuracy_ci_low/high). Groups with fewer than {result.min_subjects} subjects "
                "are listed but not compared (docs/METHODS.md §6.1)."),
     )
     first = result.fars[0]
