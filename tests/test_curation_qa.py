@@ -409,3 +409,23 @@ def test_cli_qa_folder_split_from_subfolders(tmp_path, capsys):
     # no subfolders to take a split from: exit 2 with one line
     assert main(["curate", "qa", str(photos / "train"), "--split-col", "split", "-o", str(tmp_path / "o3"),
                  "--no-store"]) == 2
+
+
+def test_capture_time_read_in_the_image_pass_and_kept_in_the_store(tmp_path):
+    """The EXIF DateTimeOriginal (for the time between a subject's photos, docs/METHODS.md §13.8) comes from the
+    same per-image pass and is read back from the store."""
+    from fairvision.io.store import ResultsStore
+
+    ex = Image.Exif()
+    ex.get_ifd(0x8769)[0x9003] = "2023:07:14 08:15:00"
+    Image.new("RGB", (40, 30), "blue").save(tmp_path / "dated.jpg", exif=ex.tobytes())
+    Image.new("RGB", (40, 30), "green").save(tmp_path / "plain.jpg")
+    data = pd.DataFrame({"sample_id": ["dated", "plain"],
+                         "image_path": [str(tmp_path / "dated.jpg"), str(tmp_path / "plain.jpg")]})
+    store = ResultsStore(tmp_path / "store")
+    first = audit_images(data, store=store)
+    again = audit_images(data, store=store)
+    assert again.n_from_cache == 2
+    for res in (first, again):
+        assert res.images["datetime_original"].tolist()[0] == "2023-07-14T08:15:00"
+        assert pd.isna(res.images["datetime_original"].tolist()[1])

@@ -244,11 +244,15 @@ def intersections(
     if max_k < 1:
         raise ParameterError("max_k", "must be at least 1")
     ms = memberships(data, attributes, schema, source=source)
-    out = []
-    for k in range(1, min(int(max_k), len(ms)) + 1):
-        for combo in combinations(ms, k):
-            out.append(intersect(combo, len(data), max_declared=max_declared))
-    return out
+    return [intersect(combo, len(data), max_declared=max_declared) for combo in attribute_sets(ms, max_k)]
+
+
+def attribute_sets(attributes: Sequence, max_k: int = 1) -> list[tuple]:
+    """Every set of 1 to ``max_k`` of the attributes, the single ones first, each in the attributes' order
+    (docs/METHODS.md §3.2): the attribute sets :func:`intersections` builds, for code that labels them itself."""
+    if max_k < 1:
+        raise ParameterError("max_k", "must be at least 1")
+    return [combo for k in range(1, min(int(max_k), len(attributes)) + 1) for combo in combinations(attributes, k)]
 
 
 def subject_codes(data: pd.DataFrame, subject_col: str | None, *, source: str = "table",

@@ -132,10 +132,11 @@ def audit_coverage(
         else:
             stat, p, test = np.nan, np.nan, "not testable (all succeeded or all failed)"
         tests.append({"attribute": m.name, "test": test, "statistic": stat, "pvalue": p})
-    tests_df = pd.DataFrame(tests)
+    tests_df = pd.DataFrame(tests, columns=["attribute", "test", "statistic", "pvalue"])
     tests_df["pvalue_adjusted"] = adjust_pvalues(tests_df["pvalue"].to_numpy(), correction)
     tests_df["differs"] = tests_df["pvalue_adjusted"] < alpha
-    by_group = pd.DataFrame(rows).set_index(["attribute", "group"])
+    by_group = pd.DataFrame(rows, columns=["attribute", "group", "n", "n_ok", "rate", "ci_low", "ci_high"]).set_index(
+        ["attribute", "group"])
     for _, t in tests_df[tests_df["differs"]].iterrows():
         g = by_group.loc[t["attribute"]]
         worst = g["rate"].idxmin()

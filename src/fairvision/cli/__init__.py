@@ -45,7 +45,8 @@ audit_app = typer.Typer(
 app.add_typer(audit_app, name="audit")
 
 COMMAND_MODULES = ("dataset", "skin", "model", "classifier", "retrieval", "diagnose", "demo", "score", "store", "generative",
-                   "transfer", "vlm", "curate", "doctor", "power")
+                   "transfer", "vlm", "curate", "doctor", "power",
+                   "benchmark", "audit_cropping")
 
 
 def _version_callback(value: bool):

@@ -18,7 +18,8 @@ curate_app = typer.Typer(
     no_args_is_help=True,
 )
 
-COMMANDS = ("curate_diversity", "curate_visual", "curate_agreement", "curate_withdraw", "curate_faces", "curate_qa")
+COMMANDS = ("curate_diversity", "curate_visual", "curate_agreement", "curate_withdraw", "curate_faces", "curate_qa",
+            "curate_release", "curate_inpaint", "curate_exclusions")
 
 
 def register(app: typer.Typer, audit_app: typer.Typer) -> None:

@@ -49,7 +49,7 @@ class ReportOptions:
 
 @with_settings("min_subjects", "n_boot", "seed", "correction", "workers", "engine", "address", workers=2)
 def audit_dataset_cmd(
-    table: Path = typer.Argument(..., help="Sample table: CSV, TSV, Parquet, JSON/JSONL or a FairFace-style ground_truth.json. One row per image."),
+    table: List[Path] = typer.Argument(..., help="Sample table: CSV, TSV, Parquet, JSON/JSONL or a FairFace-style ground_truth.json. One row per image. Several tables: their attribute distributions side by side, one dataset per table."),
     attr: List[str] = typer.Option(..., "--attr", "-a", help="Attribute column that defines groups (repeat for several: -a gender -a age)."),
     output: Path = typer.Option(Path("fairvision-report"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Label column whose association with each attribute (stereotypes: NPMI, NMI) is reported."),
@@ -68,16 +68,45 @@ def audit_dataset_cmd(
     show_images: bool = typer.Option(False, "--show-images", help="Embed small example thumbnails per group in the report (off by default: reports carry no face images)."),
     fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'nsd>0.3', 'n_empty_groups>0', 'imbalance_ratio.gender>2' (repeat for several)."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
+    dataset_name: List[str] = typer.Option([], "--dataset-name", help="Name of each table's dataset when several tables are given, in their order (default: the file names without extension)."),
+    dataset_col: Optional[str] = typer.Option(None, "--dataset-col", help="Column naming each row's dataset in one table: its datasets are compared side by side."),
     settings: AuditSettings = None,
 ):
     """Audit who is in a dataset: group and intersection counts, representation (NSD, evenness,
     effective number of groups) with subject-level bootstrap CIs, FHIBE Table 1 summary, and
-    associations between attributes (NMI, chi-square with Cramér's V, NPMI heatmaps)."""
+    associations between attributes (NMI, chi-square with Cramér's V, NPMI heatmaps).
+
+    With several tables (or --dataset-col), compare the datasets side by side instead: shares per dataset with
+    Wilson intervals, a chi-square test of homogeneity per attribute, pairwise comparisons, NSD per dataset and
+    grouped bar plots (docs/METHODS.md §5.4).
+
+    Example:
+
+        fairvision audit dataset fhibe.csv fairface.csv -a gender -a age -o compare/
+    """
     from fairvision.engine import check_engine  # lazy: see the module docstring
     from fairvision.io.validate import check_missing_rule
     from fairvision.schema import Schema
 
     check_outdir(output)
+    if len(table) > 1 or dataset_col is not None or dataset_name:
+        check_missing_rule(missing)
+        names = _dataset_names(table, dataset_name, dataset_col,
+                               {"--target": target, "--measure-skin": measure_skin, "--embeddings": embeddings,
+                                "--show-images": show_images})
+        conditions = [parse_condition(c) for c in fail_if]
+        schema = (Schema.from_file(schema_file) if schema_file else Schema()).declare(list(attr), multi=multi,
+                                                                                       missing=missing)
+        with status("comparing datasets") as say:
+            paths, audit = run_dataset_compare(
+                table, names, attr, output, dataset_col=dataset_col, subject_col=subject_col, schema=schema,
+                settings=settings, check_images=check_images, progress=say,
+                report=ReportOptions(title=title, conditions=tuple(conditions)))
+        done(paths, f"{len(audit.datasets)} datasets, {len(audit.attributes)} attributes, "
+                    f"{int(audit.tests['differs'].sum())} differing significantly")
+        exit_if_gates_failed(audit.gates)
+        return
+    table = table[0]
     check_engine(settings.engine, settings.address)
     skin = _skin_options(skin_method, skin_faces, results_store(store, no_store)) if measure_skin else None
     check_missing_rule(missing)
@@ -93,6 +122,89 @@ def audit_dataset_cmd(
         )
     done(paths, f"{audit.n_samples:,} images, {len(audit.groups)} attribute sets, {len(audit.warnings)} warnings")
     exit_if_gates_failed(audit.gates)
+
+
+def _dataset_names(tables, given, dataset_col, single_only) -> list[str] | None:
+    """The dataset name of each table (``--dataset-name`` or the file stem), checked before the work; None with
+    ``--dataset-col`` (the names are the column's values). Options of the single-table audit are refused."""
+    used = [flag for flag, v in single_only.items() if v]
+    if used:
+        raise FairvisionError(f"{used[0]} audits one dataset; it cannot be used when comparing several")
+    if dataset_col is not None:
+        if len(tables) > 1:
+            raise FairvisionError("--dataset-col takes one table whose column names the datasets; give one table")
+        if given:
+            raise FairvisionError("--dataset-name names several tables; with --dataset-col the column names them")
+        return None
+    if len(tables) < 2:
+        raise FairvisionError("--dataset-name is for several tables; give two or more tables to compare")
+    if given and len(given) != len(tables):
+        raise FairvisionError(f"--dataset-name given {len(given)} times for {len(tables)} tables; give one per table")
+    names = list(given) if given else [Path(t).stem for t in tables]
+    twice = [n for n in names if names.count(n) > 1]
+    if twice:
+        raise FairvisionError(f"two tables are both named {twice[0]!r}; give each a --dataset-name")
+    return names
+
+
+#: the column that names each row's dataset when several tables are read into one
+DATASET_COLUMN = "dataset"
+
+
+def run_dataset_compare(tables, names, attributes, output, *, dataset_col=None, subject_col=None, schema=None,
+                        settings: AuditSettings | None = None, check_images=True, report: ReportOptions | None = None,
+                        progress=None):
+    """Read several tables (or one with ``dataset_col``), compare their datasets and write the report; returns
+    ``(paths, audit)`` (docs/METHODS.md §5.4). Every table must have every attribute (and ``subject_col`` when
+    given): an error names the table that lacks one."""
+    import pandas as pd  # lazy imports: see the module docstring
+
+    from fairvision.audits.dataset_compare import audit_dataset_compare
+    from fairvision.groups import subject_codes
+    from fairvision.io.tables import IMAGE_PATH, SUBJECT_ID, read_table, validate_sample_table
+    from fairvision.io.validate import require_columns
+    from fairvision.report import Report
+    from fairvision.report.sections.dataset_compare import dataset_compare_section
+
+    settings = settings or DEFAULTS
+    report = report or ReportOptions()
+    say = progress or (lambda m: None)
+    say("reading tables")
+    parts = []
+    for i, path in enumerate(tables):
+        df = read_table(path)
+        require_columns(df, [schema.get(a).source if schema is not None else a for a in attributes],
+                        source=str(path), what="attribute column")
+        subject = subject_col or (SUBJECT_ID if SUBJECT_ID in df.columns else None)
+        subject_codes(df, subject, source=str(path))  # a missing column or an empty cell names this table's row
+        if check_images and IMAGE_PATH in df.columns:
+            validate_sample_table(df, source=str(path), check_images=True)
+        if names is not None:
+            if DATASET_COLUMN in df.columns:
+                raise FairvisionError(f"{path}: has a column {DATASET_COLUMN!r}; the comparison names each table's "
+                                      "rows by it: rename the column or use --dataset-col")
+            df = df.assign(**{DATASET_COLUMN: names[i]})
+        parts.append(df)
+    with_subject = [SUBJECT_ID in df.columns for df in parts]
+    if subject_col is None and any(with_subject) and not all(with_subject):
+        raise FairvisionError(f"{tables[with_subject.index(False)]}: no {SUBJECT_ID} column, but "
+                              f"{tables[with_subject.index(True)]} has one: give every table one so that subjects "
+                              "are counted in every dataset")
+    data = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    data.attrs["source"] = ", ".join(str(t) for t in tables)
+    col = dataset_col or DATASET_COLUMN
+    audit = audit_dataset_compare(data, col, attributes, schema=schema, subject_col=subject_col, datasets=names,
+                                  settings=settings, progress=say)
+    audit.gates = evaluate_conditions(list(report.conditions), audit.quantities()) if report.conditions else []
+    say("writing report")
+    doc = Report(
+        title=report.title or f"Datasets side by side: {', '.join(audit.datasets)}",
+        subtitle="fairvision dataset audit",
+        meta={"tables": data.attrs["source"], "datasets": ", ".join(audit.datasets), "attributes": ", ".join(attributes),
+              **report.meta, "settings": settings.to_meta(), **(gate_meta(audit.gates) if audit.gates else {})},
+    )
+    doc.add(dataset_compare_section(audit))
+    return doc.write(output), audit
 
 
 def _skin_options(method: str, faces: str, store) -> SkinOptions:

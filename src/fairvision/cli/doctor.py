@@ -35,7 +35,7 @@ from fairvision.vision.selfcheck import MARK, MODELS, MODULES, PROBE_TIMEOUT, PR
 SECTIONS = {
     "core": "core (every command)", "vision": "vision extra: images, faces, skin", "embed": "embed extra",
     "ray": "ray extra: --engine ray", "clip": "clip extra: CLIP and VQA adapters",
-    "diffusers": "diffusers extra: generative image-to-image", "models": "bundled models (run on a bundled portrait)",
+    "diffusers": "diffusers extra: generative image-to-image and in-painting", "models": "bundled models (run on a bundled portrait)",
     "reports": "report checks", "store": "results store", "settings": "settings",
 }
 

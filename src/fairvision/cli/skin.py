@@ -129,7 +129,7 @@ def measure_cmd(
         typer.echo(f"overlays: {overlays.resolve()}")
 
 
-def _load_or_measure(source: Path, method: str, faces: str, settings: AuditSettings, store=None):
+def load_or_measure(source: Path, method: str, faces: str, settings: AuditSettings, store=None):
     """A measurement table (with L and hue columns) as is; images, folders and sample tables are measured (with
     a summary line on stderr: measured, from the store, failed)."""
     import pandas as pd  # lazy imports: see the module docstring
@@ -204,7 +204,7 @@ def report_cmd(
     wanted = (("--by", by), ("--subject-col", subject_col))
     table = _read_samples(samples, wanted, source) if samples is not None else None  # before any work
     results = results_store(store, no_store)
-    df = _load_or_measure(source, method, faces, settings, results)
+    df = load_or_measure(source, method, faces, settings, results)
     if table is not None:
         df = join_samples(df, table, source=str(source), samples_source=str(samples))
     for option, col in wanted:
@@ -250,8 +250,8 @@ def compare_cmd(
     check_outdir(output)
     L_thr, hue_thr, boundaries, category_meta = _category_options(L_threshold, hue_threshold, ita_boundaries)
     results = results_store(store, no_store)
-    a = _load_or_measure(first, method, faces, settings, results)
-    b = _load_or_measure(second, method, faces, settings, results)
+    a = load_or_measure(first, method, faces, settings, results)
+    b = load_or_measure(second, method, faces, settings, results)
     result = audit_skin_comparison(a, b, names=pair, settings=settings, L_threshold=L_thr, hue_threshold=hue_thr,
                                    ita_boundaries=boundaries)
     _write_report(skin_section(result), output, f"Skin colour: {pair[0]} vs {pair[1]}",
@@ -264,4 +264,6 @@ def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     skin_app.command("measure")(measure_cmd)
     skin_app.command("report")(report_cmd)
     skin_app.command("compare")(compare_cmd)
+    from fairvision.cli import skin_stability
+    skin_stability.register(skin_app)
     app.add_typer(skin_app, name="skin")

@@ -79,6 +79,11 @@ _EXPORTS = {
     "ranking_fairness": "ranking",
     "ranking_measures": "ranking",
     "rank_discounts": "ranking",
+    "subject_spread": "spread", "category_flips": "spread", "weighted_medians": "spread", "group_spread": "spread",
+    "flip_shares": "spread", "rank_correlation": "spread", "RankCorrelation": "spread",
+    "elo_orders": "rating", "expected_score": "rating", "win_rates": "rating", "group_elo": "rating",
+    "GroupElo": "rating", "position_bias": "rating", "PositionBias": "rating",
+    "k_anonymity": "anonymity", "suppression_mask": "anonymity", "AnonymityResult": "anonymity",
     "random_reference": "ranking",
     "RankingFairness": "ranking",
     # planning a model audit (docs/METHODS.md §6.7)
@@ -119,7 +124,7 @@ _EXPORTS = {
     # near-duplicate search (docs/METHODS.md §13.7)
     "popcount64": "hamming",
     "hamming_distance": "hamming",
-    "near_duplicate_pairs": "hamming",
+    "near_duplicate_pairs": "hamming", "query_matches": "hamming",
     # generative model audits: BiasPainter metamorphic testing (docs/METHODS.md §10)
     "signed_rank_test": "metamorphic",
     "flip_test": "metamorphic",

@@ -180,3 +180,95 @@ def near_duplicate_pairs(hashes, threshold: int, *, splits=None, cross_split_onl
         li, lj = lab[out["i"].to_numpy()], lab[out["j"].to_numpy()]
         out["cross_split"] = (li != lj) & (li >= 0) & (lj >= 0)
     return out
+
+
+def query_matches(queries, references, threshold: int) -> pd.DataFrame:
+    """Every (query, reference) pair of 64-bit codes within a Hamming distance, by multi-index hashing
+    (docs/METHODS.md §13.9).
+
+    The search of :func:`near_duplicate_pairs` between two sets instead of within one: the 64 bits are split
+    into ``threshold + 1`` chunks; a query within the threshold of a reference agrees with it exactly on at
+    least one chunk (pigeonhole). For each chunk the references are sorted by their chunk value and each
+    query's equal range is found by binary search (``searchsorted``), so candidates come without comparing all
+    pairs; each is verified by a popcount of the XOR and reported from the first chunk it agrees on only.
+
+    Parameters
+    ----------
+    queries : array_like of uint64, shape (n,)
+        The codes to look up (e.g. the perceptual hashes of a collection).
+    references : array_like of uint64, shape (m,)
+        The known codes (e.g. a list of known images' hashes).
+    threshold : int
+        Largest Hamming distance reported, 0..63.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``query``, ``reference`` (positions) and ``distance``, sorted by ``query``, ``distance``,
+        ``reference``. Identical to comparing every query with every reference.
+    """
+    q = _as_codes(queries, "queries")
+    r = _as_codes(references, "references")
+    t = int(threshold)
+    if not 0 <= t <= 63:
+        raise FairvisionError(f"the Hamming threshold must be between 0 and 63, got {threshold}")
+    found_q, found_r, found_d = [], [], []
+    if len(q) and len(r):
+        bounds = _chunk_bounds(t)
+        masks = [(np.uint64(lo), np.uint64((1 << w) - 1)) for lo, w in bounds]
+        q_vals = [((q >> lo) & m).astype(np.int64) for lo, m in masks]
+        r_vals = [((r >> lo) & m).astype(np.int64) for lo, m in masks]
+        for k in range(len(bounds)):
+            order = np.argsort(r_vals[k], kind="stable")
+            sv = r_vals[k][order]
+            lo = np.searchsorted(sv, q_vals[k], side="left")
+            cnt = np.searchsorted(sv, q_vals[k], side="right") - lo
+            for qi, ri in _expand_ranges(order, lo, cnt):
+                d = hamming_distance(q[qi], r[ri])
+                m = d <= t
+                qi, ri, d = qi[m], ri[m], d[m]
+                if k:  # agreed on an earlier chunk: reported there already
+                    earlier = np.zeros(len(qi), dtype=bool)
+                    for prev_q, prev_r in zip(q_vals[:k], r_vals[:k]):
+                        earlier |= prev_q[qi] == prev_r[ri]
+                    qi, ri, d = qi[~earlier], ri[~earlier], d[~earlier]
+                found_q.append(qi)
+                found_r.append(ri)
+                found_d.append(d)
+    qi = np.concatenate(found_q) if found_q else np.zeros(0, dtype=np.int64)
+    ri = np.concatenate(found_r) if found_r else np.zeros(0, dtype=np.int64)
+    d = np.concatenate(found_d) if found_d else np.zeros(0, dtype=np.uint8)
+    srt = np.lexsort((ri, d, qi))
+    return pd.DataFrame({"query": qi[srt].astype(np.int64), "reference": ri[srt].astype(np.int64),
+                         "distance": d[srt].astype(np.int64)})
+
+
+def _as_codes(x, name: str) -> np.ndarray:
+    """A one-dimensional uint64 array of codes, or a one-line error naming ``name``."""
+    h = np.asarray(x)
+    if h.ndim != 1:
+        raise FairvisionError(f"{name} must be one-dimensional, got shape {h.shape}")
+    if h.dtype != np.uint64:
+        if h.size and not np.issubdtype(h.dtype, np.integer):
+            raise FairvisionError(f"{name} must be unsigned 64-bit integers, got dtype {h.dtype}")
+        h = h.astype(np.uint64)
+    return h
+
+
+def _expand_ranges(order: np.ndarray, lo: np.ndarray, cnt: np.ndarray):
+    """Pairs (query position, ``order[lo[q] + s]`` for s < ``cnt[q]``), yielded in batches of about PAIR_BATCH
+    pairs (a reference value shared by very many codes cannot exhaust memory)."""
+    nz = np.flatnonzero(cnt)
+    if not len(nz):
+        return
+    c = cnt[nz]
+    cum = np.cumsum(c)
+    begin = 0
+    while begin < len(nz):
+        base = int(cum[begin - 1]) if begin else 0
+        end = max(int(np.searchsorted(cum, base + PAIR_BATCH, side="right")), begin + 1)
+        qs, cs = nz[begin:end], c[begin:end]
+        n = int(cs.sum())
+        step = np.arange(n) - np.repeat(np.cumsum(cs) - cs, cs)
+        yield np.repeat(qs, cs), order[np.repeat(lo[qs], cs) + step]
+        begin = end

@@ -30,6 +30,7 @@ from fairvision.engine import imap
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.errors import FairvisionError, InputFileError, ParameterError
 from fairvision.io.atomic import atomic_write_bytes
+from fairvision.io.exif import capture_time
 from fairvision.io.metadata import PNG_SIGNATURE, strip_jpeg, strip_png
 from fairvision.io.store import ResultsStore, file_sha256, row_key
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
@@ -47,9 +48,9 @@ DEFAULT_HAMMING = 6
 #: results-store stage of the per-image checks
 STAGE = "image_qa"
 #: bump when a change here changes stored per-image checks
-CACHE_VERSION = 2  # 2: has_gps also from an XMP packet's GPSLatitude / GPSLongitude
+CACHE_VERSION = 3  # 2: has_gps also from an XMP packet's GPSLatitude / GPSLongitude; 3: datetime_original
 #: source files that shape a stored per-image check
-SIGNATURE_SOURCES = ("vision/phash.py",)
+SIGNATURE_SOURCES = ("vision/phash.py", "io/exif.py")
 
 
 @dataclass
@@ -124,7 +125,8 @@ def audit_images(
     -------
     QAResult
         ``images``: one row per image (``readable``, ``error``, ``width``, ``height``, ``format``, ``n_bytes``,
-        ``sha256``, ``phash`` (hex), metadata flags, ``low_resolution``, ``exact_duplicate``,
+        ``sha256``, ``phash`` (hex), metadata flags, ``datetime_original`` (EXIF capture time, ISO 8601 or
+        None), ``low_resolution``, ``exact_duplicate``,
         ``near_duplicate``); ``exact_duplicates``: groups of identical files; ``near_duplicates``: pairs
         (``sample_id_a``, ``sample_id_b``, ``distance``, ``exact``, splits and ``cross_split``).
     """
@@ -181,7 +183,9 @@ def _check_files(ids: list[str], paths: list[str | None], subjects: list | None,
         if progress is not None and n_cached:
             progress(n_cached, total)
     try:
-        for done, o in enumerate(imap(inspect_image_file, [p for _, p in todo], workers=settings.workers,
+        # the module's inspect_image_file at call time (tests replace it), bound into the worker's function
+        check = functools.partial(inspect_qa_file, inspect=inspect_image_file)
+        for done, o in enumerate(imap(check, [p for _, p in todo], workers=settings.workers,
                                       engine=settings.engine, address=settings.address, ordered=False), n_cached + 1):
             i = todo[o.index][0]
             rows[i] = o.value if o.ok else {"readable": False, "error": str(o.failure)}
@@ -197,6 +201,16 @@ def _check_files(ids: list[str], paths: list[str | None], subjects: list | None,
     return [r if r is not None else {"readable": False, "error": "no image path"} for r in rows], n_cached
 
 
+def inspect_qa_file(path, inspect: Callable = inspect_image_file) -> dict:
+    """The per-image checks of one file (docs/METHODS.md §13.7): ``inspect(path)``
+    (:func:`fairvision.vision.phash.inspect_image_file`) plus ``datetime_original``, the EXIF capture time as
+    ISO 8601 local time (:func:`fairvision.io.exif.capture_time`; None without EXIF), for the time between a
+    subject's photos (docs/METHODS.md §13.8)."""
+    out = inspect(path)
+    out["datetime_original"] = capture_time(path) if out.get("readable") and out.get("has_exif") else None
+    return out
+
+
 def _image_table(data: pd.DataFrame, rows: list[dict], paths: list[str | None], split_col: str | None,
                  min_side: int) -> pd.DataFrame:
     """One row per image: the checks, with whole-number sizes, boolean flags and ``low_resolution``."""
@@ -205,7 +219,8 @@ def _image_table(data: pd.DataFrame, rows: list[dict], paths: list[str | None], 
     im.insert(1, IMAGE_PATH, paths)
     if split_col is not None:
         im.insert(2, "split", data[split_col].to_numpy())
-    for c in ("n_bytes", "sha256", "format", "width", "height", "phash"):  # absent when every check failed
+    # absent when every check failed
+    for c in ("n_bytes", "sha256", "format", "width", "height", "phash", "datetime_original"):
         if c not in im.columns:
             im[c] = None
     for c in ("has_exif", "has_gps", "has_xmp", "has_icc", "has_comment"):

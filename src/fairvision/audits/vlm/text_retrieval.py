@@ -13,7 +13,7 @@ No model is loaded here: the command embeds the queries, or reads their embeddin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import combinations, product
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings
 from fairvision.audits.vlm.prompts import read_text_embeddings
 from fairvision.audits.vlm.samples import SampleOptions, align_embeddings, prepare_samples
 from fairvision.errors import ColumnError, InputFileError, ParameterError
-from fairvision.groups import SEP
+from fairvision.groups import SEP, attribute_sets
 from fairvision.io.embeddings import read_embeddings
 from fairvision.io.validate import empty_cells
 from fairvision.schema import MISSING_LABEL, Attribute, Schema
@@ -183,10 +183,8 @@ def audit_text_retrieval(
     sample_ids = data[samples.id_col].astype(str).to_numpy()
     top = pd.DataFrame({"query": np.repeat(queries, k), "rank": np.tile(np.arange(1, k + 1), len(queries)),
                         samples.id_col: sample_ids[order].ravel(), "similarity": sim.ravel()})
-    if int(max_k) < 1:
-        raise ParameterError("max_k", f"must be at least 1, got {max_k}")
     rankings, summary, groups, per_query = {}, [], [], []
-    for combo in (c for size in range(1, min(int(max_k), len(attrs)) + 1) for c in combinations(attrs, size)):
+    for combo in attribute_sets(list(attrs), int(max_k)):
         attr = SEP.join(combo)
         res = _rank_groups(*_group_labels(data, combo), order, desired, k, settings)
         rankings[attr] = res
