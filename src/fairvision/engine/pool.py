@@ -240,16 +240,13 @@ def _context(start_method: str | None, preload: Sequence[str] = ()):
 
 
 def _threads_started() -> bool:
-    """Whether a face model (with native threads and locks) was built in this process.
+    """Whether a model with native threads and locks (any mediapipe graph) was built in this process.
 
     Python helper threads (a progress bar's refresher) do not count: the forked
     child simply does not have them and the workers never use their locks.
     """
-    for name in ("fairvision.vision.facemesh", "fairvision.vision.detect"):
-        mod = sys.modules.get(name)
-        if mod is not None and mod.models_built():
-            return True
-    return False
+    cache = sys.modules.get("fairvision.vision.model_cache")  # not imported: no model was built
+    return cache is not None and cache.threaded_models_built()
 
 
 def imap(

@@ -14,7 +14,7 @@ import numpy as np
 
 from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_MODELS = ModelCache()  # (model, min_confidence) -> FaceDetection
+_MODELS = ModelCache(threads=True)  # (model, min_confidence) -> FaceDetection
 
 #: A face box whose grey levels correlate less than this with their right and lower neighbours is not a
 #: photograph of anything (docs/METHODS.md §2.1): in real photos the correlation is above 0.85 (at least 0.886

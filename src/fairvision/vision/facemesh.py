@@ -19,7 +19,7 @@ import numpy as np
 from fairvision.vision.detect import plausible_face_box
 from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_MODELS = ModelCache()  # (max_faces, min_confidence) -> FaceMesh
+_MODELS = ModelCache(threads=True)  # (max_faces, min_confidence) -> FaceMesh
 
 #: Longer side that images are downscaled to before meshing (the model itself
 #: works at 192 x 192, so bigger inputs only cost time).

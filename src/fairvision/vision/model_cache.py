@@ -20,12 +20,16 @@ class ModelCache:
     """Models of one kind, by key, built once per process (double-checked lock).
 
     ``lock`` is the lock the models are built under; wrappers of models that are not re-entrant (mediapipe's
-    pose and selfie segmentation graphs) also hold it while a model runs.
+    pose and selfie segmentation graphs) also hold it while a model runs. ``threads=True``: the models start
+    native threads (every mediapipe graph), which makes forking this process unsafe once one is built
+    (:func:`threaded_models_built`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, threads: bool = False) -> None:
         self.lock = threading.Lock()
         self._models: dict[Hashable, object] = {}
+        if threads:
+            _THREADED.append(self)
 
     def get(self, key: Hashable, build: Callable[[], object], *, lock: bool = True) -> object:
         """The model of ``key``, built by ``build()`` on first use.
@@ -51,6 +55,17 @@ class ModelCache:
 
     def __len__(self) -> int:
         return len(self._models)
+
+
+#: the caches whose models start native threads
+_THREADED: list[ModelCache] = []
+
+
+def threaded_models_built() -> bool:
+    """Whether this process has built a model with native threads (a mediapipe face mesh, face detector, selfie
+    segmentation or pose graph): a child forked now inherits their locks and heap state but not the threads, and
+    can crash building its own (a process pool then starts its workers from a fork server instead)."""
+    return any(len(cache) for cache in _THREADED)
 
 
 def import_mediapipe():

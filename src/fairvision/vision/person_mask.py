@@ -17,7 +17,7 @@ from fairvision.errors import FairvisionError, InputFileError
 from fairvision.io.images import read_image
 from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_MODELS = ModelCache()  # model_selection -> SelfieSegmentation; its lock also serialises the graph's runs
+_MODELS = ModelCache(threads=True)  # model_selection -> SelfieSegmentation; its lock also serialises the graph's runs
 
 #: probability above which a pixel of the selfie segmentation counts as the person
 SELFIE_THRESHOLD = 0.5

@@ -15,7 +15,7 @@ from fairvision.engine.pool import quiet_native_stderr
 from fairvision.errors import FairvisionError
 from fairvision.vision.model_cache import ModelCache, import_mediapipe
 
-_MODELS = ModelCache()  # model_complexity -> Pose; its lock also serialises the graph's runs
+_MODELS = ModelCache(threads=True)  # model_complexity -> Pose; its lock also serialises the graph's runs
 
 #: mediapipe visibility above which a landmark counts as visible (COCO v = 2)
 VISIBLE_THRESHOLD = 0.5
