@@ -7,10 +7,14 @@
    medians of CPU and wall time, peak extra memory (tracemalloc) and the value of each against a float64
    reference (unit rows in float64, the d x d matrix summed in float64 with numpy).
 2. At small n the definition itself, the eigenvalues of the n x n kernel ``K / n``: time and agreement.
-3. EfficientNet-Lite0 embeddings (docs/METHODS.md §13.1) of the bundled portraits on 2 threads: batches of 32
+3. float32 against float64 on sets built to be hard for float32 (rank-deficient, near-duplicate rows, row
+   weights, a steep spectrum): relative difference of ``vendi_score`` to the float64 reference, and whether
+   the float32 spectrum reached ``FLOAT32_FLOOR`` (then the matrix is recomputed in float64).
+4. EfficientNet-Lite0 embeddings (docs/METHODS.md §13.1) of the bundled portraits on 2 threads: batches of 32
    against one image at a time, in images per second (extra ``embed``; skipped without torch).
 
-    python benchmarks/bench_vendi.py [--n 100000] [--d 1280] [--repeats 3] [--n-small 2000] [--images 62]
+    python benchmarks/bench_vendi.py [--n 100000] [--d 1280] [--repeats 3] [--n-small 2000] [--n-accuracy 20000]
+                                     [--images 62]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import time
 import numpy as np
 from _timing import interleaved, load_note, peak_bytes, pinned
 
+import fairvision.stats.diversity as diversity
 from fairvision.stats.diversity import vendi_score
 
 
@@ -80,7 +85,36 @@ def compare_with_definition(x: np.ndarray) -> None:
           f"{abs(ours.result - nxn.result) / nxn.result:.1e})")
 
 
+def float32_accuracy(n: int, d: int, rng) -> None:
+    """Relative difference of vendi_score on float32 embeddings to the float64 reference, on hard sets."""
+    base = rng.normal(size=(30, d))
+    q = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    sets = {
+        "clustered": (clustered(n, d, rng), None),
+        "rank 5": ((rng.normal(size=(n, 5)) @ rng.normal(size=(5, d))).astype(np.float32), None),
+        "rank 200, weights": ((rng.normal(size=(n, 200)) @ rng.normal(size=(200, d))).astype(np.float32),
+                              rng.integers(0, 5, n)),
+        "near-duplicates": ((base[rng.integers(0, 30, n)] + 1e-4 * rng.normal(size=(n, d))).astype(np.float32), None),
+        "spectrum k^-1.2": (((rng.normal(size=(n, d)) * np.arange(1, d + 1) ** -1.2) @ q).astype(np.float32), None),
+    }
+    print(f"float32 against float64, {n:,} x {d:,} (relative difference of the score; float64 recomputation "
+          f"when an eigenvalue of the float32 matrix is below {diversity.FLOAT32_FLOOR:g} of the largest):")
+    for name, (x, w) in sets.items():
+        ref = vendi_score(x.astype(np.float64), weights=w)
+        floor = diversity.FLOAT32_FLOOR
+        try:
+            diversity.FLOAT32_FLOOR = -np.inf  # float32 products only
+            only32 = vendi_score(x, weights=w)
+        finally:
+            diversity.FLOAT32_FLOOR = floor
+        got = vendi_score(x, weights=w)
+        print(f"  {name:18s}: float32 products only {abs(only32 - ref) / ref:.1e}; vendi_score "
+              f"{abs(got - ref) / ref:.1e} ({'recomputed in float64' if got != only32 else 'float32'})")
+
+
 def embedder_throughput(n_images: int) -> None:
+    if n_images <= 0:
+        return
     try:
         import torch  # noqa: F401 (the embed extra is optional)
 
@@ -114,6 +148,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n-small", type=int, default=2000)
     ap.add_argument("--images", type=int, default=62)
+    ap.add_argument("--n-accuracy", type=int, default=20_000)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     print(load_note())
@@ -122,6 +157,7 @@ def main() -> None:
     compare_with_score_dual(x, args.repeats)
     compare_with_score_dual(x[:1000], max(args.repeats, 7))
     compare_with_definition(x[: args.n_small])
+    float32_accuracy(args.n_accuracy, args.d, rng)
     embedder_throughput(args.images)
 
 

@@ -1,6 +1,9 @@
 """The faster paths of the ``thong`` estimator (docs/METHODS.md §2.2) against straightforward versions:
 the bootstrap's two-step multinomial draw against the exact distribution of a cell-by-cell draw
-(enumerated), and the buffered weighted Lloyd iterations against plain ones (bit-identical)."""
+(enumerated), the buffered weighted Lloyd iterations against plain ones (bit-identical), the exact-sum Lloyd
+iterations (moved sums, only the points near a boundary re-examined) against plain iterations and against
+``kmeans_lloyd`` (bit-identical), the nearest-two-centres step against sorting, and the histogram cells
+against ``numpy.unique``."""
 
 import itertools
 from math import factorial
@@ -10,8 +13,8 @@ import pytest
 from scipy import stats
 
 from fairvision.skin.histogram_modes import grid_modes
-from fairvision.skin.kmeans import argmin_rows, kmeans_lloyd
-from fairvision.skin.thong import EDGE_CELLS, bootstrap_grid_modes
+from fairvision.skin.kmeans import argmin_rows, kmeans_lloyd, lloyd_exact_sums, nearest_two
+from fairvision.skin.thong import EDGE_CELLS, bootstrap_grid_modes, cell_size, thong_features, thong_from_features
 
 
 def _exact_mode_distribution(row: np.ndarray, n: int) -> dict:
@@ -134,3 +137,110 @@ def test_weighted_lloyd_is_bit_identical_to_plain_iterations(tol):
         labels, C, it = kmeans_lloyd(X.T, C0, sample_weight=w, tol=tol)
         ref_labels, ref_C, ref_it = _plain_weighted_lloyd(X, w, C0, tol)
         assert it == ref_it and np.array_equal(labels, ref_labels) and np.array_equal(C, ref_C), trial
+
+
+def _plain_exact_lloyd(X, S, w, C):
+    """Lloyd's algorithm written plainly with exact centres (sum of S) / (sum of w) over each cluster: every
+    distance every iteration (the product ``kmeans_lloyd`` takes), every sum from scratch."""
+    C = np.array(C, dtype=np.float64)
+    k, d = C.shape
+    X1 = np.vstack([X, np.ones((1, X.shape[1]))])
+
+    def nearest(C):
+        Wm = np.empty((k, d + 1))
+        Wm[:, :d] = -2.0 * C
+        Wm[:, d] = (C * C).sum(axis=1)
+        return argmin_rows(Wm @ X1)
+
+    labels = None
+    for it in range(1, 301):
+        new = nearest(C)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        cnt = np.bincount(labels, weights=w, minlength=k)
+        old = C.copy()
+        for j in range(d):
+            np.divide(np.bincount(labels, weights=S[j], minlength=k), cnt, out=C[:, j], where=cnt > 0)
+        if np.vdot(C - old, C - old) <= 0.0:
+            labels = nearest(C)
+            break
+    return labels, C, it
+
+
+def _grid_points(rng, M, d, step):
+    """Points on a grid of binary-fraction step (exact sums), with whole-number weights."""
+    X = np.round(np.vstack([rng.normal(60, 12, M), rng.normal(30, 25, M), rng.normal(20, 8, M)][:d]) / step) * step
+    return X, rng.integers(1, 60, M).astype(np.float64)
+
+
+def test_exact_sum_lloyd_is_bit_identical_to_plain_iterations():
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        M, k, d = int(rng.integers(30, 2500)), int(rng.integers(2, 8)), 2 + trial % 2
+        X, w = _grid_points(rng, M, d, 0.25 if trial % 3 else 1.0)  # a coarse grid: many ties
+        if trial % 4 == 0:  # block means: inexact coordinates, exact sums
+            S = X * w
+            X = S / w * (1 + 1e-13 * rng.normal(size=M))
+        else:
+            S = X * w
+        C0 = X[:, rng.choice(M, k, replace=False)].T.copy()
+        if trial % 5 == 0:
+            C0[-1] = 1e4  # a centre no point is nearest to: its cluster stays empty
+        labels, C, it = lloyd_exact_sums(X, S, w, C0)
+        ref_labels, ref_C, ref_it = _plain_exact_lloyd(X, S, w, C0)
+        assert it == ref_it and np.array_equal(labels, ref_labels) and np.array_equal(C, ref_C), trial
+
+
+def test_exact_sum_lloyd_equals_kmeans_lloyd_where_products_are_exact():
+    # cells of a grid with whole-number weights: w * x is exact, so kmeans_lloyd's sums are the exact ones
+    rng = np.random.default_rng(8)
+    for trial in range(30):
+        M, k = int(rng.integers(50, 3000)), int(rng.integers(2, 7))
+        X, w = _grid_points(rng, M, 2, 0.125)
+        C0 = X[:, rng.choice(M, k, replace=False)].T.copy()
+        labels, C, it = lloyd_exact_sums(X, X * w, w, C0)
+        ref_labels, ref_C, ref_it = kmeans_lloyd(X.T, C0, sample_weight=w, tol=0.0)
+        assert it == ref_it and np.array_equal(labels, ref_labels) and np.array_equal(C, ref_C), trial
+
+
+def test_nearest_two_against_sorting():
+    rng = np.random.default_rng(1)
+    for k in (1, 2, 5, 9):
+        D = np.round(rng.normal(size=(k, 500)) * 4) / 4  # rounded: ties between rows
+        labels, margin = nearest_two(D.copy())
+        assert np.array_equal(labels, argmin_rows(D))
+        s = np.sort(D, axis=0)
+        want = s[1] - s[0] if k > 1 else np.full(500, np.inf)
+        np.testing.assert_array_equal(margin, want)
+
+
+def test_histogram_cells_against_numpy_unique():
+    rng = np.random.default_rng(0)
+    lab = np.column_stack([rng.normal(62, 6, 20000), rng.normal(14, 4, 20000), rng.normal(-3, 6, 20000)])
+    L, h, C = thong_features(lab.astype(np.float32))
+    _, fit = thong_from_features(L, h, C)
+    sL, sh = cell_size(L, 0.25), cell_size(h, 0.5)
+    # the cell of a pixel: floor(L* / sL) and floor((h* + 180) / sh), in float32 as the estimator defines it
+    iL = np.floor(L * np.float32(1 / sL)).astype(np.float64)
+    ih = np.floor((h + np.float32(180)) * np.float32(1 / sh)).astype(np.float64)
+    cells, counts = np.unique(np.column_stack([iL, ih]), axis=0, return_counts=True)
+    np.testing.assert_array_equal(fit.weights, counts)
+    np.testing.assert_array_equal(fit.cells, ((cells + 0.5) * [sL, sh] - [0.0, 180.0]).T)
+    assert fit.sizes.sum() == L.size and fit.L_hist.sum() == fit.h_hist.sum() == L.size
+
+
+def test_whole_number_keys_in_float32_equal_integer_keys(monkeypatch):
+    # cell and (cluster, cell) keys are whole numbers computed in float32 below 2**24; above it they are
+    # computed in int64: both give the same answer (9 clusters: keys past 255 for uint8 labels)
+    import fairvision.skin.thong as thong_module
+
+    rng = np.random.default_rng(2)
+    lab = np.column_stack([rng.normal(58, 9, 15000), rng.normal(13, 6, 15000), rng.normal(16, 7, 15000)])
+    features = thong_features(lab.astype(np.float32))
+    for k, top in ((5, 3), (9, 4)):
+        want = thong_from_features(*features, k=k, top=top)[0]
+        monkeypatch.setattr(thong_module, "_EXACT_F32", 1)
+        got = thong_from_features(*features, k=k, top=top)[0]
+        monkeypatch.undo()
+        assert repr(got) == repr(want)

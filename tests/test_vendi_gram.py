@@ -121,3 +121,40 @@ def test_no_normalised_copy_of_the_embeddings():
     finally:
         tracemalloc.stop()
     assert peak < 0.5 * x.nbytes, (peak, x.nbytes)
+
+
+def _low_rank(n, d, rank, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, rank)) @ rng.normal(size=(rank, d))).astype(dtype)
+
+
+def test_float32_rank_deficient_sets_are_recomputed_in_float64(monkeypatch):
+    # float32 products put the zero eigenvalues of a rank-5 set at about 1e-9 of the largest, and their
+    # -lambda log lambda add up to more than 1e-6 of the score; the float64 recomputation removes them
+    x = _low_rank(4000, 192, 5)
+    ref = _reference(x)
+    assert vendi_score(x) == pytest.approx(ref, rel=1e-9)
+    monkeypatch.setattr(diversity, "FLOAT32_FLOOR", -np.inf)  # float32 only: what the check prevents
+    assert abs(vendi_score(x) - ref) > 1e-6 * ref
+
+
+@pytest.mark.parametrize("case", ["near-duplicates", "large norms", "weights", "few rows", "spread"])
+def test_float32_within_1e6_on_adversarial_sets(case):
+    rng = np.random.default_rng(4)
+    weights = None
+    if case == "near-duplicates":  # 30 distinct rows, each repeated with 1e-4 jitter
+        base = rng.normal(size=(30, 160))
+        x = (base[rng.integers(0, 30, 3000)] + 1e-4 * rng.normal(size=(3000, 160))).astype(np.float32)
+    elif case == "large norms":  # squared norms overflow float32, directions are ordinary
+        x = _clustered(3000, 160, dtype=np.float32) * np.float32(1e25)
+    elif case == "weights":
+        x = _low_rank(3000, 160, 12, seed=2)
+        weights = rng.integers(0, 6, 3000)
+    elif case == "few rows":  # n < d: the n x n matrix, rank-deficient
+        x = _low_rank(300, 512, 4, seed=3)
+    else:  # a spread spectrum stays on the float32 path: within 1e-6 all the same
+        x = _clustered(5000, 160, dtype=np.float32)
+    got = vendi_score(x, weights=weights)
+    assert got == pytest.approx(_reference(x.astype(np.float64), weights), rel=1e-6)
+    if case == "few rows":
+        assert got == pytest.approx(_nxn(x), rel=1e-6)

@@ -152,7 +152,8 @@ def grid_modes(hist: np.ndarray) -> np.ndarray:
     span = np.maximum(hi - lo, 0)
     nb = _sturges(hist.sum(axis=1).round())
     b = (np.arange(V)[None, :] - lo[:, None]) * nb[:, None] // np.maximum(span, 1)[:, None]
-    np.clip(b, 0, (nb - 1)[:, None], out=b)  # cells outside [lo, hi] are empty
+    np.maximum(b, 0, out=b)  # cells outside [lo, hi] are empty
+    np.minimum(b, (nb - 1)[:, None], out=b)
     stride = int(nb.max())
     counts = np.bincount((b + (np.arange(G) * stride)[:, None]).ravel(), weights=hist.ravel().astype(np.float64),
                          minlength=G * stride).reshape(G, stride)

@@ -1,15 +1,17 @@
 """Deterministic K-Means (Lloyd's algorithm) for skin pixel clustering (docs/METHODS.md §2.2).
 
 Quantile seeds (:func:`quantile_seeds`, :func:`weighted_quantile_seeds`) and a vectorised Lloyd's algorithm
-on plain or weighted points (:func:`kmeans_lloyd`); :func:`argmin_rows` is the nearest-centre step they share
-with the Thong et al. estimator (:mod:`fairvision.skin.thong`).
+on plain or weighted points (:func:`kmeans_lloyd`), and the same iterations on weighted points whose sums are
+exact (:func:`lloyd_exact_sums`, what the Thong et al. estimator :mod:`fairvision.skin.thong` runs on its
+histogram blocks); :func:`argmin_rows` and :func:`nearest_two` are the nearest-centre steps.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["quantile_seeds", "weighted_quantile_seeds", "kmeans_lloyd", "argmin_rows"]
+__all__ = ["quantile_seeds", "weighted_quantile_seeds", "kmeans_lloyd", "lloyd_exact_sums", "argmin_rows",
+           "nearest_two"]
 
 
 def quantile_seeds(X: np.ndarray, k: int) -> np.ndarray:
@@ -56,6 +58,30 @@ def argmin_rows(D: np.ndarray) -> np.ndarray:
         np.maximum(labels, closer.view(np.uint8) * labels.dtype.type(j) if labels.dtype == np.uint8
                    else closer * j, out=labels)
     return labels
+
+
+def _first_at_min(D: np.ndarray, best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of ``D`` (k, M) that reaches ``best`` (its column minima) in every column, and the
+    mask of the rows that reach it: ``k - max_j (k - j) [D_j = best]``, the same comparisons as
+    :func:`argmin_rows` in a few passes over the whole matrix."""
+    k = D.shape[0]
+    eq = D == best
+    if k < 256:
+        return k - (eq.view(np.uint8) * (k - np.arange(k, dtype=np.uint8))[:, None]).max(axis=0), eq
+    return k - (eq * (k - np.arange(k))[:, None]).max(axis=0), eq
+
+
+def nearest_two(D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest row of every column of ``D`` (k, M) (ties to the lowest index, as :func:`argmin_rows`) and the
+    margin to the next nearest row, ``D_second - D_nearest`` (0 where two rows tie). ``D`` is overwritten."""
+    best = np.minimum.reduce(D, axis=0)
+    labels, eq = _first_at_min(D, best)
+    ties = np.add.reduce(eq.view(np.uint8), axis=0, dtype=np.uint8) > 1
+    np.copyto(D, np.inf, where=eq)
+    margin = np.minimum.reduce(D, axis=0)
+    margin -= best
+    np.copyto(margin, 0.0, where=ties)
+    return labels, margin
 
 
 def kmeans_lloyd(X: np.ndarray, centers: np.ndarray, *, sample_weight: np.ndarray | None = None, max_iter: int = 300,
@@ -141,14 +167,15 @@ def weighted_quantile_seeds(X: np.ndarray, w: np.ndarray, k: int, *, ordered: bo
         order = np.argsort(X[0], kind="stable")
         Xs, ws = X[:, order], w[order]
     cum = np.cumsum(ws)
-    start = cum - ws
     cuts = cum[-1] * np.arange(k + 1) / k
-    first = np.searchsorted(cum, cuts[:-1], side="right")  # the points each part overlaps: first ...
-    last = np.minimum(np.searchsorted(cum, cuts[1:], side="left") + 1, cum.size)  # ... to last (exclusive)
+    first = np.searchsorted(cum, cuts[:-1], side="right").tolist()  # the points each part overlaps: first ...
+    last = np.minimum(np.searchsorted(cum, cuts[1:], side="left") + 1, cum.size).tolist()  # ... to last (excl.)
     seeds = np.empty((k, X.shape[0]))
     for j in range(k):
         sl = slice(first[j], max(last[j], first[j] + 1))
-        part = np.clip(np.minimum(cum[sl], cuts[j + 1]) - np.maximum(start[sl], cuts[j]), 0.0, None)
+        part = np.minimum(cum[sl], cuts[j + 1])  # the share of each point's weight in [cuts[j], cuts[j + 1]]
+        part -= np.maximum(cum[sl] - ws[sl], cuts[j])  # (cum - ws: where the point's weight starts)
+        np.maximum(part, 0.0, out=part)
         seeds[j] = (Xs[:, sl] @ part) / part.sum()
     return seeds
 
@@ -161,6 +188,12 @@ def _weighted_lloyd(X: np.ndarray, w: np.ndarray, C: np.ndarray, *, max_iter: in
     total squared centre shift is at most ``tol`` times the mean weighted per-feature variance
     (scikit-learn's rule, on the pixels the weights stand for), then reassigns once. Returns labels (M,),
     centres (k, d) and the number of iterations.
+
+    The loop runs some 40 times on a few thousand points, so numpy's per-call overhead, not arithmetic, is
+    its cost: an iteration is a dozen calls into reused buffers. The nearest centre is the first row that
+    reaches the column minimum (``k - max_j (k - j) [D_j = min D]``: the same comparisons as a sequential
+    argmin), and the weights and weighted coordinates of every cluster come from one ``bincount`` over
+    ``d + 1`` disjoint ranges of bins (each bin summed in point order, as separate bincounts would).
     """
     X = np.asarray(X, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
@@ -173,48 +206,185 @@ def _weighted_lloyd(X: np.ndarray, w: np.ndarray, C: np.ndarray, *, max_iter: in
         thresh = tol * float((((X - mean[:, None]) ** 2) @ w).mean() / W)
     M = X.shape[1]
     X1 = np.vstack([X, np.ones((1, M))])
-    wX = X * w
+    vals = np.vstack([w, X * w]).ravel()  # [w; w x_1; ...; w x_d]: what one bincount sums per cluster
+    offs = (np.arange(d + 1) * k)[:, None]  # bin offset of each of the d + 1 sums
+    keys = np.empty((d + 1, M), dtype=np.intp)
+    small = k <= 255
+    rank = (k - np.arange(k, dtype=np.uint8 if small else np.intp))[:, None]  # k - j for row j
+    eq = np.empty((k, M), dtype=bool)
+    hit = np.empty((k, M), dtype=rank.dtype)
     Wm = np.empty((k, d + 1))
     D = np.empty((k, M))
     best = np.empty(M)
-    closer = np.empty(M, dtype=bool)
-    mask = np.empty(M, dtype=np.uint8)
-    sums = np.empty((d, k))
 
     def nearest(C):
-        # the same products as ``argmin_rows(Wm @ X1)`` into reused buffers (this loop runs some 40 times on
-        # a few thousand points: numpy call overhead, not arithmetic, is its cost)
         np.multiply(C, -2.0, out=Wm[:, :d])
-        Wm[:, d] = (C * C).sum(axis=1)
+        np.einsum("ij,ij->i", C, C, out=Wm[:, d])
         np.matmul(Wm, X1, out=D)
-        best[:] = D[0]
-        labels = np.zeros(M, dtype=np.uint8 if k < 256 else np.intp)
-        for j in range(1, k):
-            np.less(D[j], best, out=closer)
-            np.minimum(best, D[j], out=best)
-            if k < 256:  # j exceeds every label so far: max(labels, j * closer) sets the closer points to j
-                np.multiply(closer.view(np.uint8), np.uint8(j), out=mask)
-                np.maximum(labels, mask, out=labels)
-            else:
-                labels[closer] = j
-        return labels
+        np.minimum.reduce(D, axis=0, out=best)
+        np.equal(D, best, out=eq)
+        np.multiply(eq.view(np.uint8) if small else eq, rank, out=hit)
+        return k - hit.max(axis=0)  # the first row at the minimum: ties to the lowest index
 
     labels = None
     it = 0
     for it in range(1, max_iter + 1):
         new = nearest(C)
-        if labels is not None and np.array_equal(new, labels):
+        if labels is not None and new.tobytes() == labels.tobytes():
             break
         labels = new
-        li = labels.astype(np.intp)  # once for the three sums
-        cnt = np.bincount(li, weights=w, minlength=k)
-        nz = cnt > 0
+        np.add(offs, labels, out=keys)
+        sums = np.bincount(keys.ravel(), weights=vals, minlength=(d + 1) * k).reshape(d + 1, k)
+        cnt = sums[0]
         C_old = C.copy()
-        for j in range(d):
-            sums[j] = np.bincount(li, weights=wX[j], minlength=k)
-        np.divide(sums.T, cnt[:, None], out=C, where=nz[:, None])
+        np.divide(sums[1:].T, cnt[:, None], out=C, where=(cnt > 0)[:, None])
         shift = C - C_old
         if np.vdot(shift, shift) <= thresh:
             labels = nearest(C)
             break
     return labels, C, it
+
+
+
+#: :func:`lloyd_exact_sums` re-examines only the points whose margin (distance to the second-nearest centre
+#: minus that to the nearest, at the last pass over all points) is at most this many times the distance the
+#: centres moved in the iteration before that pass (and at least :data:`_ACTIVE_MIN`, in the units of the
+#: points) ...
+_ACTIVE_SHIFTS = 8.0
+_ACTIVE_MIN = 0.5
+#: ... while the two largest distances centres have moved since, plus this slack (far above the rounding
+#: of the distances), stay below that margin
+_MARGIN_SLACK = 1e-4
+
+
+def lloyd_exact_sums(X: np.ndarray, S: np.ndarray, w: np.ndarray, C: np.ndarray, *,
+                     max_iter: int = 300) -> tuple[np.ndarray, np.ndarray, int]:
+    """Weighted Lloyd's algorithm to a fixed point on points ``X`` (d, M) whose weighted coordinates
+    ``S = w X`` (d, M) add up exactly in any order: whole-number weights ``w`` and binary-fraction sums of
+    coordinates, as the histogram cells and blocks of :func:`fairvision.skin.thong.thong` have
+    (docs/METHODS.md §2.2).
+
+    The iterations are those of ``kmeans_lloyd(X.T, C, sample_weight=w, tol=0)`` with every centre taken
+    as (sum of ``S``) / (sum of ``w``) over its cluster: the same distances (``|c|^2 - 2 c.x``, ties to the
+    lowest index), labels, centres and number of iterations. This loop runs some 40 times on a few
+    thousand points, so numpy's per-call overhead is its cost, and an iteration makes a dozen calls:
+
+    - since the sums are exact, a point whose label changed is moved from one cluster's sums to the
+      other's, and the k x d centre arithmetic runs on Python floats (IEEE doubles, as numpy's);
+    - only the points near a boundary are re-examined: a point whose margin (distance to its
+      second-nearest centre minus that to its nearest, at the last pass over all points) exceeds the
+      sum of the two largest distances the centres have moved since, plus a slack far above rounding,
+      keeps its label (triangle inequality); once the centres have moved further, all points are
+      examined again.
+
+    Returns labels (M,), centres (k, d) and the number of iterations.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    k, d = np.shape(C)
+    M = X.shape[1]
+    X1 = np.vstack([X, np.ones((1, M))])
+    xsq = (X * X).sum(axis=0)  # |x|^2: distances from D = |c|^2 - 2 c.x for the margins
+    vals = np.vstack([np.asarray(w, dtype=np.float64)[None, :], np.asarray(S, dtype=np.float64)])  # (d + 1, M)
+    small = k < 256
+    rank = (k - np.arange(k, dtype=np.uint8 if small else np.intp))[:, None]  # k - label: the first row wins
+    cen = np.array(C, dtype=np.float64).tolist()  # k lists of d floats
+
+    def nearest(cols=None):
+        """Distances, column minima, the rows at them, and k - (first such row) of every point (of the points
+        ``cols``). The product is always taken over all the points: BLAS may round a column differently in
+        a product with other columns, and these are the distances of ``kmeans_lloyd``."""
+        rows = []
+        for c in cen:
+            sq = c[0] * c[0]
+            for v in c[1:]:
+                sq += v * v
+            rows.append([-2.0 * v for v in c] + [sq])
+        D = np.array(rows) @ X1
+        if cols is not None:
+            D = D.take(cols, axis=1)
+        best = np.minimum.reduce(D, axis=0)
+        eq = D == best
+        return D, best, eq, np.maximum.reduce((eq.view(np.uint8) if small else eq) * rank, axis=0)
+
+    def move(r_new, r_old, v):  # points from cluster k - r_old to k - r_new (exact sums)
+        if r_new.size > 16:
+            delta = np.empty((d + 1, 2, k + 1))
+            for j in range(d + 1):
+                delta[j, 0] = np.bincount(r_new, weights=v[j], minlength=k + 1)
+                delta[j, 1] = np.bincount(r_old, weights=v[j], minlength=k + 1)
+            add, sub = delta[:, 0, :0:-1].T.tolist(), delta[:, 1, :0:-1].T.tolist()  # rank r is cluster k - r
+            for j in range(k):
+                sj = sums[j]
+                for m in range(d + 1):
+                    sj[m] += add[j][m]
+                    sj[m] -= sub[j][m]
+            return
+        for a, b, x in zip(r_new.tolist(), r_old.tolist(), v.T.tolist()):
+            sa, sb = sums[k - a], sums[k - b]
+            for j in range(d + 1):
+                sa[j] += x[j]
+                sb[j] -= x[j]
+
+    r_all = sums = act = va = r_a = None
+    budget = -np.inf  # the first two iterations examine every point
+    moves = [0.0] * k  # distance each centre moved since the last pass over all points
+    last = 0.0
+    it = 0
+    for it in range(1, max_iter + 1):
+        if sum(sorted(moves)[-2:]) + _MARGIN_SLACK >= budget:  # a pass over all points
+            if act is not None:
+                r_all[act] = r_a
+            D, best, eq, r = nearest()
+            if r_all is None:
+                key = (k - r.astype(np.intp))[None, :] + (np.arange(d + 1) * k)[:, None]
+                tot = np.bincount(key.ravel(), weights=vals.ravel(), minlength=(d + 1) * k).reshape(d + 1, k)
+                sums = tot.T.tolist()
+            else:
+                ch = (r != r_all).nonzero()[0]
+                if ch.size == 0:
+                    break
+                move(r[ch], r_all[ch], vals[:, ch])
+            r_all = r
+            act = None
+            if it > 1:
+                budget = max(_ACTIVE_MIN, _ACTIVE_SHIFTS * last)
+                ties = np.add.reduce(eq.view(np.uint8), axis=0, dtype=np.uint8) > 1
+                np.copyto(D, np.inf, where=eq)
+                second = np.minimum.reduce(D, axis=0)
+                second += xsq
+                best += xsq
+                np.maximum(second, 0.0, out=second)
+                np.maximum(best, 0.0, out=best)
+                mu = np.sqrt(second, out=second)
+                mu -= np.sqrt(best, out=best)
+                mu[ties] = 0.0
+                act = (mu <= budget).nonzero()[0]
+                va, r_a = vals[:, act], r_all[act]
+                moves = [0.0] * k
+        else:  # only the points near a boundary
+            r = nearest(act)[3]
+            if r.tobytes() == r_a.tobytes():
+                break
+            ch = (r != r_a).nonzero()[0]
+            move(r[ch], r_a[ch], va[:, ch])
+            r_a = r
+        still = True
+        last = 0.0
+        for j in range(k):
+            sj, cj = sums[j], cen[j]
+            if sj[0] > 0:  # an empty cluster keeps its centre
+                step = 0.0
+                for m in range(d):
+                    c = sj[m + 1] / sj[0]
+                    if c != cj[m]:
+                        still = False
+                        step += (c - cj[m]) ** 2
+                        cj[m] = c
+                step = step ** 0.5 * (1 + 1e-9)
+                moves[j] += step
+                last = max(last, step)
+        if still:  # no centre moved: the labels are the nearest centres already
+            break
+    if act is not None:
+        r_all[act] = r_a
+    return k - r_all.astype(np.intp), np.array(cen), it

@@ -13,10 +13,17 @@ stay next to those just above it; the result is reported in [0, 360). Chroma is 
 L* and h* (weighted mean of the kept clusters' chroma modes), so a* = C cos h, b* = C sin h; the paper
 itself only defines L* and h*. The stability bootstrap (:func:`thong_bootstrap`) redraws all n pixels as
 multinomial counts over the same summary (each histogram's ends cell by cell, the rest straight into the
-Sturges bins: :func:`bootstrap_grid_modes`). Cost on the bundled portraits' median face-mesh mask (25k
-pixels), 1 thread: about 3.8 ms for the estimate, of which some 2 ms are the Lloyd iterations on the 4 x 4
-blocks (about 40 of them, each a few dozen numpy calls on ~2,000 blocks), and 0.8 ms for the 10-replicate
-stability bootstrap (benchmarks/bench_skin_estimator.py).
+Sturges bins: :func:`bootstrap_grid_modes`).
+
+Speed: the cell keys are whole numbers computed in float32 and the extreme cells from the extreme values (the
+cell index is monotone), the blocks are summed from the cells and the 16 x 16 blocks from the 4 x 4 ones
+(exact sums), and the Lloyd iterations run on exact cluster sums (:func:`fairvision.skin.kmeans.lloyd_exact_sums`:
+moved points only, points near a boundary only). Exact sums can put a centre one or two units in the last
+place away from a sum of rounded block means, and a fixed point can then be reached an iteration earlier
+(``n_iter``); the estimates, modes, clusters and stability are unchanged. On the bundled portraits' median
+face-mesh mask (25k pixels, ~40 Lloyd iterations on ~1,850 blocks), 1 thread, the iterations are still the
+largest part (about 1.2 ms of some 3 ms), then the 10-replicate stability bootstrap (0.65 ms, a third of it
+the binomial draws themselves); see benchmarks/bench_skin_estimator.py.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import numpy as np
 
 from fairvision.errors import FairvisionError
 from fairvision.skin.histogram_modes import grid_modes, sturges_bins
-from fairvision.skin.kmeans import argmin_rows, kmeans_lloyd, weighted_quantile_seeds
+from fairvision.skin.kmeans import argmin_rows, lloyd_exact_sums, nearest_two, weighted_quantile_seeds
 from fairvision.skin.simple_estimators import colour_result
 
 __all__ = [
@@ -60,7 +67,16 @@ def cell_size(x: np.ndarray, largest: float, n: int | None = None) -> float:
     ``(max x - min x) / (CELLS_PER_BIN * sturges_bins(n))`` (at most 12 halvings; docs/METHODS.md §2.2).
     Depends on the values only through their range, so not on their order."""
     n = x.size if n is None else n
-    target = (float(x.max()) - float(x.min())) / (CELLS_PER_BIN * sturges_bins(n))
+    return _step_for_range(float(x.min()), float(x.max()), largest, n)
+
+
+def _range(x: np.ndarray) -> tuple[float, float]:
+    return float(np.minimum.reduce(x)), float(np.maximum.reduce(x))
+
+
+def _step_for_range(lo: float, hi: float, largest: float, n: int) -> float:
+    """:func:`cell_size` from the smallest and largest value."""
+    target = (hi - lo) / (CELLS_PER_BIN * sturges_bins(n))
     step = float(largest)
     if target <= 0:  # all values equal: nothing to resolve
         return step
@@ -71,9 +87,23 @@ def cell_size(x: np.ndarray, largest: float, n: int | None = None) -> float:
     return step
 
 
+def _scaled_floor(x: np.ndarray, step: float, offset: float = 0.0) -> np.ndarray:
+    """``floor((x + offset) / step)`` elementwise in float32 (a new array of whole numbers): the cell of
+    every value, the same for a pixel wherever it is in the array. Monotone in ``x``, so the cell of the
+    smallest value is the smallest cell."""
+    if offset:
+        y = x + np.float32(offset)
+        y *= np.float32(1.0 / step)
+    else:
+        y = x * np.float32(1.0 / step)
+    return np.floor(y, out=y)
+
+
 #: Coarse-to-fine clustering: Lloyd's algorithm first on blocks of 16 x 16 cells (4 L* x 8 deg), then of
 #: 4 x 4 cells (1 L* x 2 deg), then on the cells themselves.
 COARSE_BLOCKS = (16, 4)
+#: cell keys are computed in float32, exact for whole numbers below this
+_EXACT_F32 = 2 ** 24
 
 
 def combine_top_clusters(counts: np.ndarray, modes: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -135,17 +165,42 @@ class ThongFit:
         return int(self.weights.sum())
 
 
-def _cell_index(x: np.ndarray, step: float, offset: float = 0.0) -> np.ndarray:
-    """``floor((x + offset) / step)`` as int32, elementwise (so the same pixel always gets the same cell)."""
-    y = x + np.float32(offset) if offset else x.copy()
-    y *= np.float32(1.0 / step)
-    np.floor(y, out=y)
-    return y.astype(np.int32)
-
-
 def _modes_to_values(idx: np.ndarray, first: float, step: float) -> np.ndarray:
     """Grid units (column 0 centred on ``first``) to values."""
     return first + idx * step
+
+
+def _shift_or_div(x: np.ndarray, f: int) -> np.ndarray:
+    """``x // f`` for non-negative integers (a bit shift when ``f`` is a power of two)."""
+    return x >> (f.bit_length() - 1) if f & (f - 1) == 0 else x // f
+
+
+def _coarse_levels(row, col, nL: int, nh: int, wf, X) -> dict:
+    """Block means (2, B), weighted sums (2, B) and weights (B,) of the occupied blocks of every size in
+    :data:`COARSE_BLOCKS`, in (block row, block column) order. The finest level is summed from the cells,
+    each coarser one from the next finer level: weights are whole numbers and the weighted coordinates
+    binary fractions (cell centres), so every sum is exact and the same whichever way it is grouped."""
+    out = {}
+    r, c, v, prev = row, col, (wf, wf * X[0], wf * X[1]), 1
+    for b in sorted(COARSE_BLOCKS):
+        if b % prev:  # not nested in the finer level: from the cells
+            r, c, v, prev = row, col, (wf, wf * X[0], wf * X[1]), 1
+        f = b // prev
+        bn = -(-nh // b)
+        bkey = _shift_or_div(r, f)
+        bkey *= bn
+        bkey += _shift_or_div(c, f)
+        bw = np.bincount(bkey, weights=v[0])
+        bnz = np.flatnonzero(bw)
+        bw = bw[bnz]
+        S = np.empty((2, bnz.size))
+        for j in range(2):
+            S[j] = np.bincount(bkey, weights=v[j + 1])[bnz]
+        out[b] = (S / bw, S, bw)
+        r = bnz // bn
+        c = bnz - r * bn
+        v, prev = (bw, S[0], S[1]), b
+    return out
 
 
 def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[ThongFit, np.ndarray]:
@@ -154,23 +209,41 @@ def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[Th
     n = L.shape[0]
     if n < k:
         raise FairvisionError(f"the thong estimator needs at least {k} pixels, got {n}")
-    sL, sh = cell_size(L, CELL_L), cell_size(h, CELL_H)
-    iL = _cell_index(L, sL)
-    ih = _cell_index(h, sh, 180.0)
-    np.clip(ih, 0, int(round(360.0 / sh)) - 1, out=ih)  # h* = 180 exactly joins the last cell
-    iL0, ih0 = int(iL.min()), int(ih.min())
-    nL, nh = int(iL.max()) - iL0 + 1, int(ih.max()) - ih0 + 1
-    iL -= np.int32(iL0)  # grid row and column of every pixel
-    ih -= np.int32(ih0)
-    key = iL * np.int32(nh)
-    key += ih
+    (Lmin, Lmax), (hmin, hmax) = _range(L), _range(h)
+    sL, sh = _step_for_range(Lmin, Lmax, CELL_L, n), _step_for_range(hmin, hmax, CELL_H, n)
+    last_h = float(int(round(360.0 / sh)) - 1)  # h* = 180 exactly joins the last cell
+    # the cells of the extreme values are the extreme cells (the cell index is monotone)
+    eL = _scaled_floor(np.array([Lmin, Lmax], dtype=np.float32), sL)
+    eh = np.minimum(np.maximum(_scaled_floor(np.array([hmin, hmax], dtype=np.float32), sh, 180.0), 0.0), last_h)
+    iL0, ih0 = int(eL[0]), int(eh[0])
+    nL, nh = int(eL[1]) - iL0 + 1, int(eh[1]) - ih0 + 1
+    rows = _scaled_floor(L, sL)  # grid row and column of every pixel (whole numbers in float32)
+    rows -= np.float32(iL0)
+    cols = _scaled_floor(h, sh, 180.0)
+    np.maximum(cols, 0.0, out=cols)
+    np.minimum(cols, last_h, out=cols)
+    cols -= np.float32(ih0)
+    exact = max(nL * nh, k * nL, k * nh) < _EXACT_F32  # every key a whole number below 2**24: exact in float32
+    if exact:
+        key = rows * np.float32(nh)
+        key += cols
+        key = key.astype(np.intp)
+    else:
+        rows, cols = rows.astype(np.intp), cols.astype(np.intp)
+        key = rows * nh + cols
     counts = np.bincount(key, minlength=nL * nh)
     nz = np.flatnonzero(counts > 0)  # (a boolean scan is faster than one of the counts)
     w = counts[nz]
-    row, col = np.divmod(nz, nh)
+    del counts  # (large temporaries are released as soon as they are used: fresh pages cost page faults)
+    row = nz // nh
+    col = nz - row * nh
     L0 = (iL0 + 0.5) * sL
     h0 = (ih0 + 0.5) * sh - 180.0
-    X = np.vstack([L0 + row * sL, h0 + col * sh])  # cell centres (binary fractions: sums are exact)
+    X = np.empty((2, nz.size))  # cell centres (binary fractions: sums are exact)
+    np.multiply(row, sL, out=X[0])
+    X[0] += L0
+    np.multiply(col, sh, out=X[1])
+    X[1] += h0
     wf = w.astype(np.float64)
     # quantile seeds from the cells, then Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells (each
     # block at the weighted mean of its cells, so block sums are exact), each level from the previous centres
@@ -179,32 +252,27 @@ def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[Th
     else:
         C = np.asarray(init_centers, dtype=np.float64).reshape(k, 2)
     n_iter = 0
+    levels = _coarse_levels(row, col, nL, nh, wf, X)
+    del row, col, wf
     for block in COARSE_BLOCKS:
-        bn = (nh + block - 1) // block
-        bkey = (row // block) * bn + col // block
-        bw = np.bincount(bkey, weights=wf)
-        bnz = np.flatnonzero(bw)
-        bwv = bw[bnz]
-        BX = np.vstack([np.bincount(bkey, weights=wf * X[j])[bnz] / bwv for j in range(2)])
-        _, C, it = kmeans_lloyd(BX.T, C, sample_weight=bwv, tol=0.0)  # to a fixed point: cheap on blocks
+        BX, BS, bwv = levels[block]
+        _, C, it = lloyd_exact_sums(BX, BS, bwv, C)  # to a fixed point: cheap on blocks
         n_iter += it
     # every pixel to the centre nearest its own (L*, h*) (float64; ties to the lowest index). A cell lies
     # wholly in one Voronoi region when its centre is closer to that region's centre than to any other by a
     # margin of more than 2 * (largest centre gap) * (half the cell diagonal); its pixels take the cell's
     # label, the pixels of the other cells are assigned one by one
-    D = _sq_dist_rows(X, C)  # |c|^2 - 2 c.x for every cell centre, (k, M)
-    labels = argmin_rows(D)
-    best = D.min(axis=0)
-    D[labels, np.arange(labels.size)] = np.inf
+    labels, margin = nearest_two(_sq_dist_rows(X, C))  # |c|^2 - 2 c.x for every cell centre, (k, M)
     gap = float(np.sqrt(((C[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)).max())
-    cut = D.min(axis=0) - best <= 2.0 * gap * (0.5 * np.hypot(sL, sh) * (1 + 1e-6) + 1e-9)  # slack for rounding
-    table = np.zeros(nL * nh, dtype=np.int32)
-    table[nz] = labels
+    cut = margin <= 2.0 * gap * (0.5 * np.hypot(sL, sh) * (1 + 1e-6) + 1e-9)  # slack for rounding
+    table = np.empty(nL * nh, dtype=np.uint8 if 2 * k <= 255 else np.intp)  # only occupied cells are read
+    code = cut.astype(table.dtype)
+    code *= table.dtype.type(k)
+    code += labels  # label + k: assign pixel by pixel
+    table[nz] = code
     pl = table.take(key)
     if cut.any():
-        flag = np.zeros(nL * nh, dtype=bool)
-        flag[nz[cut]] = True
-        idx = np.flatnonzero(flag.take(key))
+        idx = np.flatnonzero(pl >= k)
         P = np.empty((3, idx.size))
         P[0] = L.take(idx)
         P[1] = h.take(idx)
@@ -213,12 +281,14 @@ def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[Th
         W[:, :2] = -2.0 * C
         W[:, 2] = (C * C).sum(axis=1)
         pl[idx] = argmin_rows(W @ P)
-    L_hist = np.bincount(pl * np.int32(nL) + iL, minlength=k * nL).reshape(k, nL)
-    h_hist = np.bincount(pl * np.int32(nh) + ih, minlength=k * nh).reshape(k, nh)
+    lab = pl if exact else pl.astype(np.intp)  # (cluster, row) and (cluster, column) keys
+    rows += lab * (np.float32(nL) if exact else nL)
+    cols += lab * (np.float32(nh) if exact else nh)
+    L_hist = np.bincount(rows.astype(np.intp, copy=False), minlength=k * nL).reshape(k, nL)
+    h_hist = np.bincount(cols.astype(np.intp, copy=False), minlength=k * nh).reshape(k, nh)
     sizes = L_hist.sum(axis=1).astype(np.int64)
     fit = ThongFit(cells=X, weights=w, labels=labels, centers=C, sizes=sizes, L_hist=L_hist, h_hist=h_hist,
-                   L0=L0, h0=h0, steps=(sL, sh), ranges=((float(L.min()), float(L.max())), (float(h.min()), float(h.max()))),
-                   k=k, top=top, n_iter=n_iter)
+                   L0=L0, h0=h0, steps=(sL, sh), ranges=((Lmin, Lmax), (hmin, hmax)), k=k, top=top, n_iter=n_iter)
     return fit, pl
 
 
@@ -243,19 +313,25 @@ def thong_from_features(L, h, C, *, k: int = 5, top: int = 3, details: bool = Tr
     h = np.ascontiguousarray(h, dtype=np.float32)
     C = np.ascontiguousarray(C, dtype=np.float32)
     fit, pixel_labels = _thong_fit(L, h, k=k, top=top, init_centers=init_centers)
-    sC = cell_size(C, CELL_C)
-    iC = _cell_index(C, sC)
-    nC = int(iC.max()) + 1
-    iC += pixel_labels * np.int32(nC)
-    C_hist = np.bincount(iC, minlength=k * nC).reshape(k, nC)
-    modes = np.column_stack([
-        _modes_to_values(grid_modes(fit.L_hist), fit.L0, fit.steps[0]),
-        _modes_to_values(grid_modes(fit.h_hist), fit.h0, fit.steps[1]),
-        _modes_to_values(grid_modes(C_hist), 0.5 * sC, sC),
-    ])
+    Cmin, Cmax = _range(C)
+    sC = _step_for_range(Cmin, Cmax, CELL_C, C.size)
+    nC = int(_scaled_floor(np.array([Cmax], dtype=np.float32), sC)[0]) + 1
+    iC = _scaled_floor(C, sC)  # (cluster, C* cell) keys: whole numbers, exact in float32 below 2**24
+    if k * nC < _EXACT_F32:
+        iC += pixel_labels * np.float32(nC)
+    else:
+        iC = iC.astype(np.intp) + pixel_labels.astype(np.intp) * nC
+    C_hist = np.bincount(iC.astype(np.intp, copy=False), minlength=k * nC).reshape(k, nC)
+    hists = (fit.L_hist, fit.h_hist, C_hist)
+    both = np.zeros((3 * k, max(x.shape[1] for x in hists)), dtype=np.int64)  # one call: rows are independent
+    for j, x in enumerate(hists):
+        both[j * k:(j + 1) * k, :x.shape[1]] = x
+    g = grid_modes(both).reshape(3, k)
+    modes = np.column_stack([_modes_to_values(g[0], fit.L0, fit.steps[0]), _modes_to_values(g[1], fit.h0, fit.steps[1]),
+                             _modes_to_values(g[2], 0.5 * sC, sC)])
     # a cell centre can lie up to half a cell beyond the data (all-white skin: L* 100.125): clip to the pixels' range
-    for j, (lo, hi) in enumerate((*fit.ranges, (float(C.min()), float(C.max())))):
-        np.clip(modes[:, j], lo, hi, out=modes[:, j])
+    lo, hi = np.array([*fit.ranges, (Cmin, Cmax)]).T
+    np.minimum(np.maximum(modes, lo, out=modes), hi, out=modes)
     est, spread, kept = combine_top_clusters(fit.sizes, modes, top)
     Lm, hm, Cm = est
     rad = np.radians(hm)
@@ -383,18 +459,19 @@ def bootstrap_grid_modes(hist: np.ndarray, sizes: np.ndarray, rng: np.random.Gen
     if G == 0:
         return out
     ends = np.concatenate([left[c], right[c]], axis=1)  # (G, 2e) cell positions
-    ecounts = np.take_along_axis(hist[c], ends, axis=1)
+    g_rows = np.arange(G)[:, None]  # (fancy indexing along rows: take_along_axis without its Python overhead)
+    ecounts = hist[c[:, None], ends]
     middle = total[c] - ecounts.sum(axis=1)
     P = np.concatenate([ecounts[:, :e], middle[:, None], ecounts[:, e:]], axis=1) / total[c][:, None]
     X = rng.multinomial(n, P)  # (G, 2e + 1)
     xl, xm, xr = X[:, :e], X[:, e], X[:, e + 1:]
     has_lo, has_hi = xl.any(axis=1), xr.any(axis=1)
-    lo = np.take_along_axis(left[c], (xl > 0).argmax(axis=1)[:, None], axis=1)[:, 0]
-    hi = np.take_along_axis(right[c], (e - 1 - (xr[:, ::-1] > 0).argmax(axis=1))[:, None], axis=1)[:, 0]
+    lo = left[c, (xl > 0).argmax(axis=1)]
+    hi = right[c, e - 1 - (xr[:, ::-1] > 0).argmax(axis=1)]
     nb = np.ceil(np.log2(np.maximum(n, 1)) + 1.0).astype(np.int64)  # Sturges bins of the replicate's total
     stride = int(nb.max())
     mid_hist = hist.copy()
-    np.put_along_axis(mid_hist, np.concatenate([left, right], axis=1), 0, axis=1)  # middle cells only
+    mid_hist[np.arange(k)[:, None], np.concatenate([left, right], axis=1)] = 0  # middle cells only
     cum = np.zeros((k, V + 1), dtype=np.int64)
     np.cumsum(mid_hist, axis=1, out=cum[:, 1:])
     ok = np.flatnonzero(has_lo & has_hi)
@@ -405,12 +482,15 @@ def bootstrap_grid_modes(hist: np.ndarray, sizes: np.ndarray, rng: np.random.Gen
         # binning); bins past a row's nb are empty
         t = np.minimum(np.arange(stride + 1)[None, :], nb[ok, None])
         edges = lo[ok, None] - (-t * span[:, None]) // nb[ok, None]
-        at = np.take_along_axis(cum[c[ok]], edges, axis=1)
+        at = cum[c[ok][:, None], edges]
         mass = np.diff(at, axis=1).astype(np.float64)
         counts[ok] = rng.multinomial(xm[ok], mass / mass.sum(axis=1, keepdims=True))
         eb = (ends[ok] - lo[ok, None]) * nb[ok, None] // span[:, None]  # the end cells' bins
-        np.clip(eb, 0, (nb[ok] - 1)[:, None], out=eb)
-        np.add.at(counts, (np.repeat(ok, 2 * e), eb.ravel()), np.concatenate([xl[ok], xr[ok]], axis=1).ravel())
+        np.maximum(eb, 0, out=eb)
+        np.minimum(eb, (nb[ok] - 1)[:, None], out=eb)
+        eb += g_rows[ok] * stride
+        counts += np.bincount(eb.ravel(), weights=np.concatenate([xl[ok], xr[ok]], axis=1).ravel(),
+                              minlength=G * stride).reshape(G, stride).astype(np.int64)  # whole numbers: exact
         best = counts[ok].argmax(axis=1)
         out[rr[ok], c[ok]] = lo[ok] + (best + 0.5) * span / nb[ok]
     for g in np.flatnonzero(~(has_lo & has_hi)):  # the range ends in the middle: redraw it cell by cell
@@ -458,12 +538,16 @@ def thong_bootstrap(fit: ThongFit, n_boot: int, rng: np.random.Generator) -> np.
     both[:k, :fit.L_hist.shape[1]] = fit.L_hist
     both[k:, :fit.h_hist.shape[1]] = fit.h_hist
     modes = bootstrap_grid_modes(both, np.concatenate([sizes, sizes], axis=1), rng)
-    Lm = np.clip(_modes_to_values(modes[:, :k], fit.L0, fit.steps[0]), *fit.ranges[0])
-    hm = np.clip(_modes_to_values(modes[:, k:], fit.h0, fit.steps[1]), *fit.ranges[1])
+    Lm = np.minimum(np.maximum(_modes_to_values(modes[:, :k], fit.L0, fit.steps[0]), fit.ranges[0][0]),
+                    fit.ranges[0][1])
+    hm = np.minimum(np.maximum(_modes_to_values(modes[:, k:], fit.h0, fit.steps[1]), fit.ranges[1][0]),
+                    fit.ranges[1][1])
     key = np.where(sizes > 0, -Lm, np.inf)
     kept = np.argsort(key, axis=1, kind="stable")[:, :top]
-    w = np.take_along_axis(sizes, kept, axis=1).astype(np.float64)
+    r_rows = np.arange(R)[:, None]
+    w = sizes[r_rows, kept].astype(np.float64)
     out = np.empty((R, 2))
     for j, m in enumerate((Lm, hm)):
-        out[:, j] = (np.nan_to_num(np.take_along_axis(m, kept, axis=1)) * w).sum(axis=1) / w.sum(axis=1)
+        v = m[r_rows, kept]
+        out[:, j] = (np.where(v == v, v, 0.0) * w).sum(axis=1) / w.sum(axis=1)  # NaN (an empty cluster) as 0
     return out

@@ -34,6 +34,9 @@ from fairvision.stats.results import Estimate
 
 #: eigenvalues at or below this are treated as zero
 EIG_TOL = 1e-12
+#: :func:`vendi_score` recomputes the matrix of float32 embeddings in float64 when an eigenvalue of the float32
+#: one is below this fraction of the largest (float32 products perturb eigenvalues by about 1e-9 of it)
+FLOAT32_FLOOR = 1e-7
 #: memory for the draws of a rarefied Vendi score handled at once (their embeddings and Gram matrices)
 _CHUNK_BYTES = 256 * 2**20
 #: rows of embeddings scaled and multiplied at once by :func:`vendi_score` (a chunk's bytes)
@@ -114,6 +117,25 @@ def _gram(x: np.ndarray, normalize: bool, p: np.ndarray | None = None) -> np.nda
     return acc
 
 
+def _float32_floor_reached(lam: np.ndarray) -> bool:
+    """Whether a spectrum computed from a float32 Gram matrix reaches float32's rounding: an eigenvalue below
+    :data:`FLOAT32_FLOOR` times the largest (docs/METHODS.md §13.2)."""
+    return bool(lam[0] < FLOAT32_FLOOR * lam[-1])
+
+
+def _spectrum(x: np.ndarray, normalize: bool, p: np.ndarray | None) -> np.ndarray:
+    """Eigenvalues (ascending) of ``sum_i p_i u_i u_i^T`` (``p_i = 1/n`` without weights) through the smaller
+    of the d x d and the n x n matrix (docs/METHODS.md §13.2)."""
+    n, d = x.shape
+    if n > d:
+        gram = _gram(x, normalize, p)
+    else:  # the n x n matrix of the scaled rows (a copy no larger than the embeddings)
+        scale = _row_scales(x, normalize, 0) * (np.sqrt(p) if p is not None else 1.0 / np.sqrt(n))
+        u = x * scale.astype(x.dtype)[:, None]
+        gram = (_blas.ssyrk if x.dtype == np.float32 else _blas.dsyrk)(1.0, u.T, trans=1).astype(np.float64)
+    return _linalg.eigvalsh(gram, lower=False, overwrite_a=True, check_finite=False)
+
+
 def vendi_score(embeddings, *, normalize: bool = True, weights=None) -> float:
     """Vendi score with the cosine-similarity kernel.
 
@@ -124,7 +146,12 @@ def vendi_score(embeddings, *, normalize: bool = True, weights=None) -> float:
     of rows with a symmetric rank-k update (half the products of ``X^T X``), in
     float32 for float32 embeddings and float64 otherwise, summed in float64,
     without a normalised copy of the embeddings; the eigenvalues are always
-    taken in float64.
+    taken in float64. float32 products perturb every eigenvalue by up to about
+    1e-9 of the largest: harmless for a spread spectrum (1e-8 relative), but
+    a rank-deficient set gets spurious eigenvalues of that size whose
+    ``-lambda log lambda`` add up (up to 7e-6 relative). So when the float32
+    spectrum has an eigenvalue below :data:`FLOAT32_FLOOR` of the largest, the
+    matrix is recomputed in float64.
 
     Parameters
     ----------
@@ -154,14 +181,9 @@ def vendi_score(embeddings, *, normalize: bool = True, weights=None) -> float:
             keep = p > 0
             _row_scales(x, normalize, 0)  # every row is checked, kept or not
             x, p = x[keep], p[keep]
-            n = x.shape[0]
-    if n > d:
-        gram = _gram(x, normalize, p)
-    else:  # the n x n matrix of the scaled rows (a copy no larger than the embeddings)
-        scale = _row_scales(x, normalize, 0) * (np.sqrt(p) if p is not None else 1.0 / np.sqrt(n))
-        u = x * scale.astype(x.dtype)[:, None]
-        gram = (_blas.ssyrk if x.dtype == np.float32 else _blas.dsyrk)(1.0, u.T, trans=1).astype(np.float64)
-    lam = _linalg.eigvalsh(gram, lower=False, overwrite_a=True, check_finite=False)
+    lam = _spectrum(x, normalize, p)
+    if x.dtype == np.float32 and _float32_floor_reached(lam):
+        lam = _spectrum(x.astype(np.float64), normalize, p)  # rank-deficient: float32 rounding would show
     return float(np.exp(_entropy(lam)))
 
 
