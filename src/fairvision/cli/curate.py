@@ -1,7 +1,7 @@
 """``fairvision curate ...``: responsible-curation commands (docs/METHODS.md §13).
 
 Each command lives in its own module (``curate_diversity``, ``curate_visual``, ``curate_agreement``,
-``curate_withdraw``, ``curate_faces``, ``curate_qa``) with a ``register(curate_app)`` function, so this
+``curate_withdraw``, ``curate_faces``, ``curate_qa``, ``curate_release``, ``curate_inpaint``, ``curate_exclusions``) with a ``register(curate_app)`` function, so this
 module stays a list and every command imports its heavy dependencies only when it runs.
 """
 
@@ -13,8 +13,9 @@ import typer
 
 curate_app = typer.Typer(
     help=("Curate a human-centric image dataset responsibly: diversity beyond head counts, visual statistics "
-          "by group, annotation agreement, consent withdrawal with balanced replacement, derived face sets and "
-          "image quality checks."),
+          "by group, annotation agreement, consent withdrawal with balanced replacement, derived face sets, "
+          "image quality and collection-guideline checks with known-content matching, a privacy-checked release, "
+          "in-painting of bystanders, and what exclusions do to the demographics."),
     no_args_is_help=True,
 )
 
