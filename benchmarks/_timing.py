@@ -22,6 +22,8 @@ import tracemalloc
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 
 @dataclass
 class Timing:
@@ -102,3 +104,12 @@ def load_note() -> str:
     one, five, _ = os.getloadavg()
     return (f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} cores: absolute times come from a "
             f"{'loaded' if one > 0.5 * (os.cpu_count() or 1) else 'quiet'} machine; compare the ratios")
+
+
+def subjects(n_rows: int, per_subject: int = 4, seed: int = 0) -> tuple[np.random.Generator, int, np.ndarray]:
+    """The synthetic cohort several benchmarks draw: a seeded generator, the number of subjects
+    (``n_rows // per_subject``) and the subject code of every row (``per_subject`` consecutive rows a subject).
+    Draw one value a subject with ``rng.normal(..., n_subjects)[codes]``."""
+    rng = np.random.default_rng(seed)
+    n_subjects = n_rows // per_subject
+    return rng, n_subjects, np.repeat(np.arange(n_subjects), per_subject)

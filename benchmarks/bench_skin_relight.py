@@ -35,7 +35,7 @@ N_IMAGES = 62 if FULL else 4
 REPEATS = 3
 
 import colour  # noqa: E402
-from _timing import interleaved, load_note, pinned  # noqa: E402
+from _timing import interleaved, load_note, pinned, subjects  # noqa: E402
 from skimage.color import rgb2lab  # noqa: E402
 
 from fairvision.datasets import load_portraits  # noqa: E402
@@ -45,10 +45,9 @@ from fairvision.stats.spread import category_flips, subject_spread  # noqa: E402
 
 
 def make_table(n: int, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    subj = np.repeat(np.arange(n // 4), 4)
-    L = rng.normal(60, 8, n // 4)[subj] + rng.normal(0, 2, n)
-    hue = (rng.normal(30, 25, n // 4)[subj] + rng.normal(0, 4, n)) % 360  # some subjects straddle 0 degrees
+    rng, people, subj = subjects(n, 4, seed)
+    L = rng.normal(60, 8, people)[subj] + rng.normal(0, 2, n)
+    hue = (rng.normal(30, 25, people)[subj] + rng.normal(0, 4, n)) % 360  # some subjects straddle 0 degrees
     return pd.DataFrame({"subject": subj, "L": L, "hue": hue, "ita": (L - 50) * 1.2})
 
 

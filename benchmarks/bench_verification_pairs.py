@@ -32,15 +32,13 @@ N = 5_000 if QUICK else 20_000
 NAIVE_N = 1_000 if QUICK else 2_000
 CAP = 1_000_000
 
-from _timing import load_note, pinned  # noqa: E402
+from _timing import load_note, pinned, subjects  # noqa: E402
 
 from fairvision.audits.verification_pairs import PairRule, build_pairs  # noqa: E402
 
 
 def table(n: int, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    people = n // 4
-    subj = np.repeat(np.arange(people), 4)
+    rng, people, subj = subjects(n, 4, seed)
     return pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "subject_id": subj.astype(str),
                          "pronoun": rng.choice(["he/him", "she/her"], people)[subj],
                          "skin_tone": rng.integers(1, 7, people)[subj]})

@@ -202,6 +202,52 @@ def test_fair_cropper_is_not_flagged():
     assert res.position.pvalue > 0.05
 
 
+def test_preference_finding_gives_the_direct_share_beside_the_elo_preference():
+    """The Elo preference shrinks towards one half with few games per face; the finding also gives the share of
+    X's decided games against Y that kept X, counted here from the games table (it used to call the Elo
+    preference the share of games kept)."""
+    from fairvision.report.sections.cropping import cropping_section
+
+    g = games_table(p_x=0.8)
+    res = audit_cropping(g, n_orders=10, settings=FAST)
+    found = [f for f in cropping_section(res).findings if f.sentence.startswith("The cropper prefers")]
+    assert len(found) == 1
+    d = g[(g["top_group"] != g["bottom_group"]) & (g["kept"] != "none")]
+    x_won = ((d["kept"] == "top") == (d["top_group"] == "X")).sum()
+    share = x_won / len(d)
+    assert f"in their direct games the crop kept X in {100 * share:.1f}% [" in found[0].sentence
+    assert f"of {len(d):,} games; p_adj" in found[0].sentence
+    pref = res.comparisons.iloc[0]["preference"]
+    assert f"an Elo preference of {100 * pref:.1f}% [" in found[0].sentence and pref < share
+    assert res.quantities()["max_win_pct"] == pytest.approx(100 * share)  # --fail-if 'max_win_pct>60'
+
+
+def test_no_difference_finding_names_untested_groups_and_thin_data():
+    """60 games among 60 faces (two each on average) and a third group of five faces: the finding of no difference
+    says which group was not tested and that the ratings barely moved; a note says the same. With 1,200 games
+    (40 per face) there is no such caveat."""
+    from fairvision.report.sections.cropping import cropping_section
+
+    g = games_table(n_players=60, n_games=60, p_x=0.5, seed=2, none_share=0.0)
+    z = {f"s{i:03d}" for i in range(0, 10, 2)}  # five X faces become group Z
+    g["top_group"] = np.where(g["a"].isin(z), "Z", g["top_group"])
+    g["bottom_group"] = np.where(g["b"].isin(z), "Z", g["bottom_group"])
+    res = audit_cropping(g, n_orders=5, settings=FAST)
+    assert res.groups.set_index("group").loc["Z", "too_small"]
+    assert np.median(res.players["games"]) < 10
+    sec = cropping_section(res)
+    none = [f for f in sec.findings if f.quantity == "max_preference_pct"]
+    assert len(none) == 1 and none[0].sentence.startswith("No pair of skin groups differs")
+    assert "; Z not tested (fewer than 10 subjects)" in none[0].sentence
+    assert "games per face the ratings stay close to 1400 and the test has little power" in none[0].sentence
+    notes = [b["text"] for b in sec.blocks if b["type"] == "note"]
+    assert any(t.startswith("A face played a median of 2 rated games") for t in notes), notes
+    fair = cropping_section(audit_cropping(games_table(p_x=0.5, seed=3), n_orders=5, settings=FAST))
+    sentence = [f for f in fair.findings if f.quantity == "max_preference_pct"][0].sentence
+    assert "not tested" not in sentence and "little power" not in sentence
+    assert not any("rated games" in b.get("text", "") for b in fair.blocks if b["type"] == "note")
+
+
 def test_position_bias_on_an_all_top_table():
     from fairvision.report.sections.cropping import cropping_section
 
@@ -268,6 +314,20 @@ def test_command_gates_and_outputs(tmp_path, capsys):
                  "--n-boot", "50"]) == 0
 
 
+def test_command_summary_without_a_tested_pair_says_n_a(tmp_path, capsys):
+    """Every group too small to test: the summary line says n/a for the Elo preference (it printed 'nan%') and
+    still gives the largest direct win rate, counted here from the table."""
+    g = games_table(n_games=300)
+    g.to_csv(tmp_path / "g.csv", index=False)
+    assert main(["audit", "cropping", str(tmp_path / "g.csv"), "-o", str(tmp_path / "o"), "--orders", "3",
+                 "--n-boot", "20", "--min-subjects", "50"]) == 0
+    out = capsys.readouterr().out
+    d = g[(g["top_group"] != g["bottom_group"]) & (g["kept"] != "none")]
+    x_won = ((d["kept"] == "top") == (d["top_group"] == "X")).mean()
+    assert "nan" not in out and "largest Elo preference n/a" in out
+    assert f"a group won up to {100 * max(x_won, 1 - x_won):.1f}%" in out
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda g: g.drop(columns="winner"), "no games column 'winner'"),
     (lambda g: g.assign(winner="nobody"), "row 1: winner 'nobody' is neither a"),
@@ -290,3 +350,7 @@ def test_command_bad_groups_table_exits_2(tmp_path, capsys):
     assert "no group column 'group'" in err and err.count("\n") == 1
     assert main(["audit", "cropping", str(tmp_path / "g.csv"), "--elo-k", "0", "-o", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith("error: --elo-k must be a positive number")
+    # an infinite scale is refused under the option's own name (it was reported as '--m')
+    assert main(["audit", "cropping", str(tmp_path / "g.csv"), "--elo-m", "inf", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --elo-m must be a positive number, not inf") and err.count("\n") == 1

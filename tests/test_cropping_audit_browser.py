@@ -6,7 +6,6 @@ groups, one too small to test."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,8 @@ from fairvision.cli import main
 
 # tests/ is on sys.path (pytest's default "prepend" import mode)
 from test_cropping_audit import games_table  # noqa: E402
-from test_report_browser import _browser  # noqa: E402
-from test_report_browser_new import check_in_browser  # noqa: E402
+# the browser and the screenshot folder are test_report_browser_new's fixtures (one browser per module)
+from test_report_browser_new import browser, check_in_browser, shots  # noqa: E402, F401
 
 pytestmark = pytest.mark.browser
 
@@ -48,32 +47,16 @@ def _four_groups(d: Path) -> list[str]:
 BUILDERS = {"cropping-biased": _biased, "cropping-four-groups": _four_groups}
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory) -> dict[str, Path]:
-    built = {}
-    for name, build in BUILDERS.items():
-        d = tmp_path_factory.mktemp(name)
-        out = d / "report"
-        rc = main([*build(d), "-o", str(out)])
-        assert rc in (0, 1), f"{name}: exit {rc}"
-        built[name] = out / "report.html"
-    return built
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with _browser() as b:
-        yield b
-
-
 @pytest.mark.parametrize("name", list(BUILDERS))
-def test_cropping_report_in_the_browser(name, reports, browser, tmp_path):
-    shots = Path(os.environ.get("FAIRVISION_SHOTS") or tmp_path)
-    doc, info, text = check_in_browser(browser, reports[name], shots / f"{name}.png",
+def test_cropping_report_in_the_browser(name, browser, shots, tmp_path):
+    html = tmp_path / "report" / "report.html"  # each report is opened once: built here, not in a fixture
+    rc = main([*BUILDERS[name](tmp_path), "-o", str(html.parent)])
+    assert rc in (0, 1), f"{name}: exit {rc}"
+    doc, info, text = check_in_browser(browser, html, shots / f"{name}.png",
                                        before_shot=lambda page: page.locator("table.sortable th").first.click())
     assert doc["findings"] and "Cropping audit: Elo ratings by group" in text
     assert "Position bias" in text and len(info["figs"]) >= 2
-    assert "<img" not in reports[name].read_text()  # no face images
+    assert "<img" not in html.read_text()  # no face images
     if name == "cropping-biased":
         assert "The cropper prefers skin = X over Y" in doc["findings"][1]["sentence"] + doc["findings"][0]["sentence"]
         assert "Games left out, by pair of groups" in text

@@ -4,6 +4,7 @@ measured skin colour of the bundled portraits) with its one-line errors (docs/ME
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -121,6 +122,26 @@ def test_plan_pairs_keeps_one_person_apart_and_refuses_odd():
         plan_pairs(groups, per_pair=3)
 
 
+def test_plan_pairs_uses_a_small_group_evenly_within_and_across_pairs():
+    """A group with fewer images than composites per pair: counted here by hand over the plan, every image is used
+    equally often over all pairs and within each pair (counts differ by at most one). The former draw took each
+    pair's extra images from a fresh shuffle: 7 images in 30 slots were used 3 to 6 times."""
+    for n_small in (2, 3, 7):
+        groups = np.array(["S"] * n_small + ["B"] * 20 + ["C"] * 20 + ["D"] * 20, dtype=object)
+        for seed in range(4):
+            plan, _ = plan_pairs(groups, per_pair=10, seed=seed)
+            rows = np.r_[plan["top_row"], plan["bottom_row"]]
+            pair = np.r_[plan["pair"], plan["pair"]]
+            in_small = rows < n_small
+            overall = Counter(rows[in_small])
+            assert len(overall) == n_small and sum(overall.values()) == 30
+            assert max(overall.values()) - min(overall.values()) <= 1, (n_small, seed, overall)
+            for name in ("B | S", "C | S", "D | S"):
+                within = Counter(rows[in_small & (pair == name)])
+                assert sum(within.values()) == 10 and len(within) == n_small
+                assert max(within.values()) - min(within.values()) <= 1, (n_small, seed, name, within)
+
+
 # ------------------------------------------------------------------ the command
 
 
@@ -181,6 +202,26 @@ def test_build_from_an_attribute_column(tmp_path, capsys):
     assert "no value of tone" in rep and "data:image/png" not in (out / "report.html").read_text()
 
 
+def test_build_report_warns_of_groups_with_few_people(tmp_path, capsys):
+    """Four people per tone: fewer than --min-subjects (default 10), so the build report says the audit will not
+    test these groups; with --min-subjects 4 it says nothing."""
+    table = solid_table(tmp_path)
+    for minimum, warned in ((None, True), ("4", False)):
+        out = tmp_path / f"bench{minimum}"
+        extra = ["--min-subjects", minimum] if minimum else []
+        assert main(["benchmark", "cropping", "build", str(table), "--attr", "tone", "--per-pair", "2", "-o", str(out),
+                     "--no-progress", "-j", "1", *extra]) == 0
+        capsys.readouterr()
+        doc = json.loads((out / "report.json").read_text())
+        few = [f for f in doc["findings"] if "fewer than" in f["sentence"]]
+        if warned:
+            assert len(few) == 1 and few[0]["severity"] == "medium"
+            assert "3 groups have fewer than 10 people (dark: 4 people, light: 4 people, mid: 4 people)" in few[0]["sentence"]
+            assert "does not test them" in few[0]["sentence"]
+        else:
+            assert not few
+
+
 def test_build_counts_composites_of_an_unreadable_image(tmp_path, capsys):
     table = solid_table(tmp_path, per_group=2)
     (tmp_path / "dark0.png").write_bytes(b"not a png")
@@ -217,12 +258,18 @@ def shared_store(tmp_path_factory) -> Path:
     return tmp_path_factory.getbasetemp() / "cropping-store"
 
 
-@pytest.fixture(scope="module")
-def portraits_build(tmp_path_factory):
-    d = tmp_path_factory.mktemp("portraits")
+def build_portraits(tmp_path_factory, name: str) -> Path:
+    """A new temporary folder with the benchmark of the bundled portraits (2 composites per pair) in ``bench/``."""
+    d = tmp_path_factory.mktemp(name)
     rc = main(["benchmark", "cropping", "build", "portraits", "-o", str(d / "bench"), "--per-pair", "2",
                "--store", str(shared_store(tmp_path_factory)), "--no-progress"])
     assert rc == 0
+    return d
+
+
+@pytest.fixture(scope="module")
+def portraits_build(tmp_path_factory):
+    d = build_portraits(tmp_path_factory, "portraits")
     rc = main(["skin", "measure", "portraits", "-o", str(d / "skin.csv"), "--store", str(shared_store(tmp_path_factory)),
                "--no-progress"])
     assert rc == 0
@@ -241,3 +288,10 @@ def test_build_on_the_portraits_groups_by_measured_skin_colour(portraits_build):
     assert (m["bottom_group"] == skin.loc[m["bottom_sample_id"], "skin_colour"].to_numpy()).all()
     assert ((m["width"] == 500) & (m["height"] == 1050) & (m["gap"] == 50)).all()  # 500 x 500 portraits
     assert all((d / "bench" / p).is_file() for p in m["image_path"])
+    # the groups with fewer than 10 measured portraits (one person each) are named in the report's findings
+    sizes = skin["skin_colour"].value_counts()
+    few = sizes[sizes < 10]
+    doc = json.loads((d / "bench" / "report.json").read_text())
+    warned = [f["sentence"] for f in doc["findings"] if "fewer than 10 people" in f["sentence"]]
+    assert len(warned) == (1 if len(few) else 0)
+    assert all(f"{g}: {n} " in warned[0] for g, n in few.items())

@@ -19,7 +19,7 @@ from fairvision.vision.croppers import (
     crop_box, crop_output, gradient_saliency, judge, load_cropper, parse_aspect, spectral_residual,
 )
 
-from test_cropping_build import COLOURS, shared_store, solid_table  # noqa: E402  (tests/ is on sys.path)
+from test_cropping_build import COLOURS, build_portraits, solid_table  # noqa: E402  (tests/ is on sys.path)
 
 
 def test_crop_box_by_hand():
@@ -158,6 +158,27 @@ def test_saliency_map_cropper_and_failures_counted(solid_bench):
     assert len(res.games) == 0 and res.coverage.reasons["n"].to_dict() == {"bad cropper output": 12}
 
 
+def test_run_report_says_when_crops_hold_both_faces(solid_bench):
+    """A tall crop (aspect 1:5) centred on the top face reaches into the bottom one: the run report counts the
+    crops that hold part of both faces, by the crop boxes against the manifest's face rows counted here."""
+    from fairvision.audits.cropping_benchmark import read_manifest
+    from fairvision.report.sections.cropping_benchmark import run_sections
+
+    notes = lambda res: [b for b in run_sections(res)[0].blocks if b["type"] == "note" and "both faces" in b["text"]]
+    assert not notes(audit_cropping_run(solid_bench, cropper="cropping_croppers:top_blob"))  # 16:9: one face
+    res = audit_cropping_run(solid_bench, cropper="cropping_croppers:top_blob", aspect=0.2)
+    m = read_manifest(solid_bench).set_index("composite_id").loc[res.games["composite_id"]]
+    y0, y1 = res.games["crop_y0"].to_numpy(), res.games["crop_y1"].to_numpy()
+    in_top = np.clip(np.minimum(y1, m["top_y1"].to_numpy()) - np.maximum(y0, m["top_y0"].to_numpy()), 0, None)
+    in_bottom = np.clip(np.minimum(y1, m["bottom_y1"].to_numpy()) - np.maximum(y0, m["bottom_y0"].to_numpy()), 0, None)
+    both = int(((in_top > 0) & (in_bottom > 0)).sum())
+    assert both > 0 and (res.games["kept"] == "bottom").any()  # the blob is in the top face, yet bottom kept
+    found = notes(res)
+    assert len(found) == 1 and found[0]["text"].startswith(f"{both} crops of 12 hold part of both faces")
+    smaller = np.minimum(in_top, in_bottom) / (y1 - y0)
+    assert found[0]["level"] == ("warning" if smaller.max() >= 0.25 else "info")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--cropper", "no_such_module_xyz:crop"], "--cropper cannot import 'no_such_module_xyz'"),
     (["--cropper", "cropping_croppers:nope"], "no function 'nope'"),
@@ -179,10 +200,7 @@ def test_run_without_a_manifest_exits_2(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def portraits_reports(tmp_path_factory):
-    d = tmp_path_factory.mktemp("portraits-run")
-    rc = main(["benchmark", "cropping", "build", "portraits", "-o", str(d / "bench"), "--per-pair", "2",
-               "--store", str(shared_store(tmp_path_factory)), "--no-progress"])
-    assert rc == 0
+    d = build_portraits(tmp_path_factory, "portraits-run")
     rc = main(["benchmark", "cropping", "run", str(d / "bench"), "--no-progress"])
     assert rc == 0
     return d / "bench"

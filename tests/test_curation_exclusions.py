@@ -244,3 +244,105 @@ def test_report_in_the_browser(tmp_path):
     with _browser() as browser:
         doc, _, text = check_in_browser(browser, out / "report.html", shots / "curate-exclusions.png")
     assert doc["findings"] and "What the exclusions do to the dataset" in text and "Manual review" in text
+
+
+# ------------------------------------------------------------------ review fixes
+
+
+def _blocks_text(section):
+    return " ".join(str(b.get("text", "")) + " " + str(b.get("caption", "")) for b in section.blocks)
+
+
+def test_kept_section_speaks_of_images_kept_not_of_a_step_that_succeeds():
+    # the coverage section's wording ("The exclusions succeeds less often for 60+") read as the opposite of the truth
+    from fairvision.report.sections.curation_exclusions import exclusions_sections
+
+    data, kept = _random()
+    a = audit_exclusions(data, kept, ["skin", "age"], max_k=1, settings=FAST)
+    secs = {s.id: s for s in exclusions_sections(a)}
+    kept_sec = secs["exclusions-kept"]
+    assert "succe" not in _blocks_text(kept_sec).lower() and "under-represent" not in _blocks_text(kept_sec)
+    df = kept_sec.tables["kept_by_group"].reset_index()
+    hand = pd.crosstab(data["age"], kept)  # kept per age group, counted by pandas
+    row = df[(df["attribute"] == "age") & (df["group"] == "60+")].iloc[0]
+    assert row["n_kept"] == hand.loc["60+", True] and row["share_kept"] == pytest.approx(
+        hand.loc["60+", True] / hand.loc["60+"].sum())
+    assert not any("succe" in f.sentence.lower() for s in secs.values() for f in s.findings)
+
+
+def test_findings_name_groups_large_enough_to_judge_and_the_shifts_interval():
+    # 60 images of a (40 removed), 30 of b and of d (none removed), 2 of a tiny group c (both removed)
+    n = 122
+    data = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)],
+                         "g": ["a"] * 60 + ["b"] * 30 + ["d"] * 30 + ["c"] * 2})
+    kept = np.ones(n, bool)
+    kept[:40] = False
+    kept[120:] = False
+    a = audit_exclusions(data, kept, ["g"], settings=AuditSettings(n_boot=200, min_subjects=10))
+    from fairvision.report.sections.curation_exclusions import exclusions_section
+
+    s = exclusions_section(a)
+    f = next(f for f in s.findings if f.sentence.startswith("The exclusions remove"))
+    # c (100% of 2 removed) is too small to judge: a (67% of 60) is named, against b (0% of 30)
+    assert "g = a more often (67% of 60)" in f.sentence and "g = b (0% of 30)" in f.sentence, f.sentence
+    # the largest shift is a's, 60/122 -> 20/80 of the images, a fall: the finding's value is its size and the
+    # interval is the shift's, turned with it (it was NSD's)
+    t = a.shifts[("g",)]
+    assert t.loc["a", "shift_pp"] == pytest.approx(100 * (20 / 80 - 60 / 122))
+    assert f.value == pytest.approx(100 * (60 / 122 - 20 / 80))
+    assert (f.ci_low, f.ci_high) == pytest.approx((-t.loc["a", "shift_ci_high"], -t.loc["a", "shift_ci_low"]))
+    assert f.ci_low <= f.value <= f.ci_high
+
+
+def test_rows_without_a_value_are_counted_not_dropped_silently():
+    from fairvision.schema import Schema
+
+    data, kept = _tiny()
+    data.loc[[0, 4, 5], "age"] = None  # three images without an age, one of them (row 0) removed
+    a = audit_exclusions(data, kept, ["gender", "age"], schema=Schema().declare(["gender", "age"], missing="drop"),
+                         settings=FAST)
+    assert a.shifts[("age",)]["n_before"].sum() == 7
+    assert any(w.startswith("age: 3 images without a value (1 of them removed)") for w in a.warnings), a.warnings
+    assert not any(w.startswith("gender:") and "without a value" in w for w in a.warnings)
+
+
+def test_subject_column_notes_that_the_kept_vs_removed_test_counts_images():
+    from fairvision.report.sections.curation_exclusions import exclusions_section
+
+    data, kept = _tiny()
+    text = _blocks_text(exclusions_section(audit_exclusions(data, kept, ["gender"], settings=FAST)))
+    assert "count images as independent" in text and "No subject column" not in text
+    text = _blocks_text(exclusions_section(audit_exclusions(data.drop(columns="subject_id"), kept, ["gender"],
+                                                            settings=FAST)))
+    assert "No subject column" in text and "count images as independent" not in text
+
+
+def test_command_reads_review_words_and_numeric_ids(tmp_path, capsys):
+    n = 60
+    data = pd.DataFrame({"sample_id": np.arange(1000, 1000 + n), "g": np.where(np.arange(n) % 2, "a", "b")})
+    data.to_csv(tmp_path / "s.csv", index=False)
+    pd.DataFrame({"sample_id": [1000, 1001]}).to_csv(tmp_path / "rm.csv", index=False)
+    marks = [" Yes", "TRUE", "1.0", "0", "no", "False", "y", "n"]  # 4 suspicious, 4 fine
+    pd.DataFrame({"sample_id": np.arange(1010, 1018), "suspicious": marks}).to_csv(tmp_path / "rv.csv", index=False)
+    out = tmp_path / "rep"
+    rc = main(["curate", "exclusions", str(tmp_path / "s.csv"), "--removed", str(tmp_path / "rm.csv"), "-a", "g",
+               "--review", str(tmp_path / "rv.csv"), "--n-boot", "0", "-o", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    review = pd.read_parquet(out / "tables" / "exclusions-review__review.parquet")
+    assert review["n_reviewed"].tolist() == [8] and review["n_suspicious"].tolist() == [4]
+    assert review["collection"].tolist() == [n - 2]  # every reviewed sample is kept: the kept images
+
+
+def test_nsd_change_interval_is_bias_corrected_and_holds_the_estimate():
+    # a perfectly balanced table (NSD 0 before) with one group thinned: the replicates' NSD is biased upwards, more
+    # before than after, and the plain percentile interval of the change missed the estimate (0.067 outside
+    # [0.013, 0.060] on the bundled demo)
+    n = 540
+    data = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "age": np.repeat([f"a{i}" for i in range(9)], 60)})
+    kept = np.ones(n, bool)
+    kept[480:510] = False  # half of the last group
+    a = audit_exclusions(data, kept, ["age"], settings=AuditSettings(n_boot=400, seed=1))
+    row = a.nsd.loc["age"]
+    p = np.r_[np.full(8, 60), 30] / 510  # NSD after by hand: sigma(p) G / sqrt(G - 1)
+    assert row["nsd_before"] == 0 and row["nsd_after"] == pytest.approx(p.std() * 9 / math.sqrt(8))
+    assert row["nsd_change_ci_low"] <= row["nsd_change"] <= row["nsd_change_ci_high"]

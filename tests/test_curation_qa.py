@@ -20,6 +20,7 @@ from fairvision.datasets import load_demo, load_portraits
 from fairvision.io.metadata import strip_jpeg, strip_png
 from fairvision.stats.hamming import hamming_distance, near_duplicate_pairs, popcount64
 from fairvision.vision.phash import grey_thumbnail, inspect_image_file, phash_from_grey
+from hash_oracles import near_hashes  # tests/ is on sys.path (pytest's prepend import mode)
 
 
 def brute_pairs(h, t):
@@ -30,11 +31,7 @@ def brute_pairs(h, t):
 
 def clustered_hashes(rng, n, flips=4):
     base = rng.integers(0, 2**64 - 1, size=max(1, n // 4), dtype=np.uint64, endpoint=True)
-    h = base[rng.integers(0, len(base), n)]
-    for _ in range(flips):
-        m = rng.random(n) < 0.5
-        h[m] ^= np.uint64(1) << rng.integers(0, 64, size=int(m.sum())).astype(np.uint64)
-    return h
+    return near_hashes(rng, base, n, flips)
 
 
 @pytest.mark.parametrize("seed", range(12))

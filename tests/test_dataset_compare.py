@@ -191,3 +191,39 @@ def test_report_in_the_browser(tmp_path):
         doc, info, text = check_in_browser(browser, out / "report.html", shots / "dataset-compare.png")
     assert doc["findings"] and "Datasets side by side" in text
     assert len(info["figs"]) >= 1
+
+
+def test_units_without_a_value_are_counted_not_dropped_silently():
+    from fairvision.schema import Schema
+
+    tables = _tables(n=50)
+    tables["A"].loc[[0, 1, 2], "age"] = None  # three images of A have no age
+    data = _combined(tables)
+    a = audit_dataset_compare(data, "ds", ["gender", "age"], schema=Schema().declare(["gender", "age"], missing="drop"),
+                              settings=AuditSettings(n_boot=0))
+    assert a.shares["age"].loc[("A", "18-29"), "total"] == 47 and a.shares["age"].loc[("B", "18-29"), "total"] == 50
+    assert "age: 3 images without a value left out of its shares and tests (A: 3)." in a.warnings, a.warnings
+    assert not any(w.startswith("gender:") for w in a.warnings)
+
+
+def test_a_tiny_dataset_is_too_small_to_judge_not_the_least_balanced():
+    # A and B: 300 images each; T: 12 images, 9 of one gender (NSD 0.5, by hand |9 - 3| / 12), fewer than
+    # 10 per category of gender
+    tables = _tables()
+    t = tables["A"].iloc[:12].copy()
+    t["gender"] = ["F"] * 9 + ["M"] * 3
+    tables = {"A": tables["A"], "B": tables["B"], "T": t}
+    a = audit_dataset_compare(_combined(tables), "ds", ["gender"], settings=AuditSettings(n_boot=100))
+    rep = a.representation
+    assert rep.loc[("T", "gender"), "nsd"] == pytest.approx(0.5) and bool(rep.loc[("T", "gender"), "too_small"])
+    assert not rep.loc[[("A", "gender"), ("B", "gender")], "too_small"].any()
+    assert any(w.startswith("gender: T has 12 images with a value, fewer than 10 per category") for w in a.warnings)
+    assert a.quantities()["max_nsd"] == pytest.approx(rep.loc[[("A", "gender"), ("B", "gender")], "nsd"].max())
+    assert a.quantities()["nsd.T.gender"] == pytest.approx(0.5)  # still there, by name
+    from fairvision.report.sections.dataset_compare import dataset_compare_section
+
+    s = dataset_compare_section(a)
+    bal = next(f for f in s.findings if f.sentence.startswith("gender: "))
+    assert "T is" not in bal.sentence and "too small to judge: T (12 images)" in bal.sentence, bal.sentence
+    diff = next(f for f in s.findings if "datasets" in f.sentence and "gender" in f.sentence)
+    assert " in T" not in diff.sentence, diff.sentence  # the pair named is A and B

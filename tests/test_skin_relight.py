@@ -211,6 +211,8 @@ def test_relight_command_on_portraits(relit_report):
     (["--edits", "contrast"], "--edits"),
     (["--exposure-range", "a,b"], "--exposure-range"),
     (["--gamma-range", "0,1"], "gamma"),
+    (["--exposure-range", "1,-1"], "--exposure-range '1,-1': LO must be below HI"),  # named --span before
+    (["--wb-range", "-5000,0"], "--wb-range '-5000,0': the light's temperature"),  # every image failed before
     (["--estimators", "magic"], "--estimators"),
     (["--steps", "1"], "--steps"),
     (["--fail-if", "slope>>1"], "expected NAME OP NUMBER"),
@@ -219,6 +221,15 @@ def test_relight_bad_inputs_exit_2(tmp_path, capsys, args, message):
     rc = main(["skin", "relight", "portraits", "-o", str(tmp_path / "o"), *args])
     captured = capsys.readouterr()
     assert rc == 2 and message in captured.err + captured.out, captured
+
+
+def test_a_white_balance_off_the_daylight_locus_fails_before_any_image():
+    from fairvision.cli import skin_stability as cli
+    from fairvision.skin import relight
+
+    with pytest.raises(Exception, match="kelvin"):
+        RelightOptions(steps={"white-balance": (-5000.0, 0.0)})
+    assert (cli._D65_CCT, cli._CCT_RANGE) == (relight.D65_CCT, relight.CCT_RANGE)  # the CLI's copy (no numpy)
 
 
 def test_relight_missing_source_exits_2(tmp_path, capsys):

@@ -108,7 +108,8 @@ class CroppingResult(SettingsView):
 
         ``n_rows``, ``n_games``, ``n_none``, ``n_left_out``; ``max_elo_gap`` (the largest rating difference of
         two judged groups) and ``max_preference_pct`` (the preference it implies, in percent); ``min_pvalue``
-        (smallest corrected p-value) and ``significant`` (pairs that differ after correction);
+        (smallest corrected p-value) and ``significant`` (pairs that differ after correction); ``max_win_pct``
+        (the largest share of its direct games against another group that a group won, in percent);
         ``position_share`` (share of games won by the top face) and ``position_pvalue``; per group
         ``elo.<group>``; per pair ``elo_gap.<a>.<b>`` and ``preference_pct.<a>.<b>`` (a over b).
         """
@@ -121,6 +122,9 @@ class CroppingResult(SettingsView):
         ps = c["pvalue_adjusted"].dropna() if len(c) else pd.Series(dtype=float)
         q["min_pvalue"] = float(ps.min()) if len(ps) else math.nan
         q["significant"] = float(c["significant"].astype(bool).sum()) if len(c) else 0.0
+        w = self.wins
+        rates = w.loc[w["games"] > 0, "win_rate"] if len(w) else pd.Series(dtype=float)
+        q["max_win_pct"] = 100.0 * float(rates.max()) if len(rates) else math.nan
         q["position_share"] = float(self.position.estimate)
         q["position_pvalue"] = float(self.position.pvalue)
         for _, g in self.groups.iterrows():

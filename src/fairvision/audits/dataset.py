@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.settings import AuditSettings, DEFAULT_SETTINGS, SettingsView
-from fairvision.errors import FairvisionError, ParameterError
+from fairvision.errors import FairvisionError
 from fairvision.groups import combine, count_table, intersection_summary, intersections, memberships, subject_codes
 from fairvision.io.tables import SUBJECT_ID, validate_sample_table
 from fairvision.schema import Schema
@@ -149,10 +149,7 @@ def audit_dataset(
     """
     settings = settings or DEFAULT_SETTINGS
     source = data.attrs.get("source", "table")
-    validate_sample_table(data, source=source)
-    attributes = list(attributes)
-    if not attributes:
-        raise ParameterError("attributes", "is empty: give at least one attribute")
+    validate_sample_table(data, source=source)  # the attributes are checked where the groups are built
     if target is not None and target in attributes:
         raise FairvisionError(f"{target!r} is both an attribute and the target")
     if subject_col is None and SUBJECT_ID in data.columns:

@@ -44,7 +44,7 @@ class DatasetComparison(SettingsView):
     ``pvalue``, ``method``, ``min_expected``, ``cramers_v``, ``pvalue_adjusted``, ``differs``). ``pairwise``: per
     attribute and pair of datasets ``cramers_v``, ``tvd``, ``max_share_diff_pp`` and ``largest_diff_group``, with
     the pair's test. ``representation``: per dataset and attribute NSD (with its interval), evenness, effective
-    number of groups and the empty categories.
+    number of groups, the empty categories and ``too_small`` (fewer than ``min_subjects`` units per category).
     """
 
     datasets: list[str]
@@ -64,7 +64,8 @@ class DatasetComparison(SettingsView):
         """Named numbers for ``--fail-if`` (docs/METHODS.md §5.4): ``min_pvalue`` (smallest adjusted p-value of the
         tests of homogeneity) and ``pvalue.<attribute>``; ``cramers_v`` (largest over the attributes) and
         ``cramers_v.<attribute>``; ``max_share_diff_pp`` (largest difference in share between two datasets, in
-        percentage points) and ``max_share_diff_pp.<attribute>``; ``nsd.<dataset>.<attribute>`` and ``max_nsd``;
+        percentage points) and ``max_share_diff_pp.<attribute>``; ``nsd.<dataset>.<attribute>`` and ``max_nsd`` (over the
+        datasets large enough to judge);
         ``n_datasets``."""
         q: dict[str, float] = {"n_datasets": float(len(self.datasets))}
         for a, row in self.tests.iterrows():
@@ -78,7 +79,8 @@ class DatasetComparison(SettingsView):
         q["max_share_diff_pp"] = float(by_attr.max()) if len(by_attr) else np.nan
         for (d, a), row in self.representation.iterrows():
             q[f"nsd.{d}.{a}"] = float(row["nsd"])
-        q["max_nsd"] = float(self.representation["nsd"].max())
+        judged = self.representation.loc[~self.representation["too_small"].to_numpy(bool), "nsd"].dropna()
+        q["max_nsd"] = float(judged.max()) if len(judged) else np.nan  # over the datasets large enough to judge
         return q
 
     def to_frame(self) -> pd.DataFrame:
@@ -117,7 +119,8 @@ def audit_dataset_compare(
         The datasets in the order to show them (default: order of first appearance).
     settings : AuditSettings, optional
         ``correction`` and ``alpha`` (the tests), ``n_boot``, ``level``, ``seed`` (the NSD intervals and the
-        Monte Carlo test used when expected counts are small).
+        Monte Carlo test used when expected counts are small), ``min_subjects`` (a dataset with fewer units than
+        ``min_subjects`` per category of an attribute is too small to judge its balance).
     progress : callable, optional
         Called with a short message at each step.
 
@@ -169,6 +172,13 @@ def audit_dataset_compare(
         empty = [d for d in names if ct.loc[d].sum() == 0]
         if empty:
             warnings.append(f"{m.name}: no {unit} with a value in {', '.join(empty)}; left out of its tests.")
+        # units with no value of the attribute (--missing drop) are left out of its shares: say how many
+        unseen = sizes[unit].to_numpy() - np.bincount(entries[1][np.unique(entries[0], return_index=True)[1]],
+                                                      minlength=len(names))
+        some = {d: int(k) for d, k in zip(names, unseen) if k and d not in empty}
+        if some:
+            warnings.append(f"{m.name}: {sum(some.values()):,} {unit} without a value left out of its shares and tests "
+                            f"({', '.join(f'{d}: {k:,}' for d, k in some.items())}).")
         tests.append({"attribute": m.name, **_test_row(ct, settings)})
         pairs += _pairwise(ct, settings)
         reps += _representation(ct, entries, settings)
@@ -178,12 +188,16 @@ def audit_dataset_compare(
     pair_df = pd.DataFrame(pairs).set_index(["attribute", "dataset_a", "dataset_b"])
     pair_df["pvalue_adjusted"] = adjust_pvalues(pair_df["pvalue"].to_numpy(dtype=float), settings.correction)
     pair_df["differs"] = pair_df["pvalue_adjusted"] < settings.alpha
+    rep_df = pd.DataFrame(reps).set_index(["dataset", "attribute"])
+    for (d, a), row in rep_df[rep_df["too_small"].to_numpy(bool) & (rep_df["n"] > 0).to_numpy()].iterrows():
+        warnings.append(f"{a}: {d} has {int(row['n']):,} {unit} with a value, fewer than {settings.min_subjects} per "
+                        f"category ({len(counts[a].columns)}); its balance and shares are too uncertain to judge.")
     for a, row in tests_df.iterrows():
         if bool(row["small_expected"]):
             warnings.append(f"{a}: expected counts fail Cochran's rule (min {row['min_expected']:.2g}); the p-value "
                             f"is {'a Monte Carlo' if row['method'] == 'monte-carlo' else 'an exact'} test's.")
-    return DatasetComparison(names, [m for m in counts], unit, sizes, counts, shares, tests_df, pair_df,
-                             pd.DataFrame(reps).set_index(["dataset", "attribute"]), settings, warnings)
+    return DatasetComparison(names, [m for m in counts], unit, sizes, counts, shares, tests_df, pair_df, rep_df,
+                             settings, warnings)
 
 
 def _unique_entries(units: np.ndarray, ds: np.ndarray, codes: np.ndarray, n_groups: int):
@@ -262,4 +276,6 @@ def _representation(ct: pd.DataFrame, entries, settings: AuditSettings) -> list[
         row.update(evenness=summ["evenness"], effective_groups=summ["effective_groups"], n_groups=summ["n_groups"],
                    n_empty_groups=summ["n_empty_groups"])
         out.append(row)
+    for row in out:  # fewer than min_subjects per category even if balanced: NSD is mostly sampling noise
+        row["too_small"] = row["n"] < settings.min_subjects * g
     return out

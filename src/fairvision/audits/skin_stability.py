@@ -121,12 +121,31 @@ def _usable(data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     if "ok" in data.columns:
         ok &= data["ok"].fillna(False).astype(bool).to_numpy()
     why = np.full(len(data), None, dtype=object)
-    given = data["reason"].astype(object).to_numpy() if "reason" in data.columns else why
-    for i in np.flatnonzero(~ok):
-        r = given[i]
-        why[i] = "measurement failed" if r is None or (isinstance(r, float) and np.isnan(r)) or str(r) == "" \
-            else f"measurement failed: {r}"
+    given = data["reason"] if "reason" in data.columns else pd.Series(np.nan, index=data.index)
+    text = given.astype("string").fillna("").str.strip()
+    said = ("measurement failed: " + text).where(text != "", "measurement failed").to_numpy(dtype=object)
+    why[~ok] = said[~ok]
     return ok, why
+
+
+def achromatic_rows(data: pd.DataFrame) -> np.ndarray:
+    """Rows whose measurement carries the ``achromatic`` quality flag (median C* of the skin pixels below 3:
+    a greyscale or washed-out image, docs/METHODS.md §2.2); False everywhere without a ``flags`` column."""
+    if "flags" not in data.columns:
+        return np.zeros(len(data), dtype=bool)
+    flags = data["flags"].astype("string").fillna("")
+    return flags.str.contains(r"(?:^|;)\s*achromatic\s*(?:;|$)", regex=True).to_numpy(dtype=bool)
+
+
+def _blank_hue(df: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
+    """``hue`` and ``ita`` set to NaN on ``rows``: with b* near 0 both angles are noise (h* = atan2(b*, a*),
+    ITA = atan((L* - 50) / b*) swings between +90 and -90 degrees); L* stays."""
+    if not rows.any():
+        return df
+    df = df.copy()
+    df["hue"] = pd.to_numeric(df["hue"], errors="coerce").mask(rows)
+    df["ita"] = pd.to_numeric(df["ita"], errors="coerce").mask(rows)
+    return df
 
 
 def _categories(df: pd.DataFrame, L_threshold: float, hue_threshold: float, ita_boundaries) -> dict[str, np.ndarray]:
@@ -138,7 +157,10 @@ def _categories(df: pd.DataFrame, L_threshold: float, hue_threshold: float, ita_
 
 def subject_table(df: pd.DataFrame, subjects: np.ndarray, *, L_threshold: float = L_THRESHOLD,
                   hue_threshold: float = HUE_THRESHOLD, ita_boundaries=None) -> pd.DataFrame:
-    """Per-subject spread and flips of the usable rows ``df`` with subject codes ``subjects`` (every subject)."""
+    """Per-subject spread and flips of the usable rows ``df`` with subject codes ``subjects`` (every subject).
+
+    ``flip_<category>`` is a nullable boolean: missing (NA) for a subject with fewer than two images that have
+    that category (e.g. h* left out of achromatic images), so such a subject is not counted as "no flip"."""
     k = int(subjects.max()) + 1 if subjects.size else 0
     out = {"n_images": np.bincount(subjects, minlength=k)}
     for name, (col, circ) in SPREAD_QUANTITIES.items():
@@ -147,8 +169,15 @@ def subject_table(df: pd.DataFrame, subjects: np.ndarray, *, L_threshold: float 
         out[f"sd_{name}"] = sp["sd"].to_numpy()
         out[f"range_{name}"] = sp["range"].to_numpy()
     for cat, codes in _categories(df, L_threshold, hue_threshold, ita_boundaries).items():
-        out[f"flip_{cat}"] = category_flips(codes, subjects, n_subjects=k)["flips"].to_numpy()
+        fl = category_flips(codes, subjects, n_subjects=k)
+        out[f"flip_{cat}"] = pd.array(fl["flips"].to_numpy(), dtype="boolean")
+        out[f"flip_{cat}"][fl["n"].to_numpy() < 2] = pd.NA
     return pd.DataFrame(out)
+
+
+def _flip_values(subj: pd.DataFrame, cat: str) -> np.ndarray:
+    """``flip_<cat>`` as floats: 1, 0, or NaN where the subject has under two categorised images."""
+    return subj[f"flip_{cat}"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
 
 
 def _group_tables(subj: pd.DataFrame, attributes, max_k: int, schema, settings: AuditSettings):
@@ -176,7 +205,9 @@ def _group_tables(subj: pd.DataFrame, attributes, max_k: int, schema, settings: 
                 tests.append({"attribute": name, "quantity": f"sd_{q}", "statistic": t.statistic, "df": t.df,
                               "n_groups": t.n_groups, "pvalue": t.pvalue})
         for cat in FLIP_CATEGORIES:
-            tab = flip_shares(subj[f"flip_{cat}"].to_numpy(dtype=bool)[rows], codes, n_groups, level=settings.level)
+            f = _flip_values(subj, cat)[rows]
+            has = np.isfinite(f)  # a subject with under two categorised images neither flips nor stays
+            tab = flip_shares(f[has] > 0.5, codes[has], n_groups, level=settings.level)
             for g, row in tab.iterrows():
                 flip_rows.append({"attribute": name, "group": str(labels[g]), "category": cat, **row,
                                   "too_small": bool(row["n_subjects"] < settings.min_subjects) and name != ALL})
@@ -236,12 +267,18 @@ def audit_skin_stability(data: pd.DataFrame, *, subject: str = "subject_id", att
     if len(df) == 0:
         raise ColumnError(f"{source}: no subject has two or more usable images in {subject!r} "
                           f"({int(ok.sum()):,} usable images of {len(data):,}); spread needs several images a subject")
+    grey = achromatic_rows(df)
+    df = _blank_hue(df, grey)
     codes, ids = pd.factorize(df[subject], sort=False)
     codes = codes.astype(np.int64)
     subj = subject_table(df, codes, L_threshold=L_threshold, hue_threshold=hue_threshold,
                          ita_boundaries=ita_boundaries)
     subj.insert(0, "subject", np.asarray(ids, dtype=object))
     notes = []
+    if grey.any():
+        notes.append(f"{int(grey.sum()):,} images are achromatic (greyscale or washed out: median C* of the skin "
+                     "below 3); their h* and ITA are noise and are left out of the h* and ITA spread and flips "
+                     "(their L* is kept)")
     if attributes:
         first = np.unique(codes, return_index=True)[1]
         for a in attributes:
@@ -270,8 +307,10 @@ class LightingSensitivity(SettingsView):
         edit, :data:`fairvision.skin.relight.UNITS`), ``n_steps``, and the unedited ``L0``, ``hue0`` and
         ``skin_colour``.
     sensitivity : DataFrame
-        Index (estimator, edit, group): ``unit``, ``n_images``, the median slope of L* and of h* with
-        bootstrap intervals over images (``slope_L``, ``slope_L_ci_low``, ... ``slope_hue_ci_high``).
+        Index (estimator, edit, group): ``unit``, ``n_images`` (with an L* slope), ``n_images_hue`` (with an h*
+        slope: achromatic images have none), the median slope of L* and of h* with bootstrap intervals over
+        images (``slope_L``, ``slope_L_ci_low``, ... ``slope_hue_ci_high``), and ``too_small`` (a cell with
+        fewer than ``min_subjects`` images: reported, not to be read as a group's answer).
     curves : DataFrame
         Index (estimator, edit, strength): median, 25th and 75th percentiles over images of the change in L*
         (``dL``) and in h* (``dhue``, wrapped) from the unedited image.
@@ -297,6 +336,7 @@ class LightingSensitivity(SettingsView):
     estimators: tuple
     edits: tuple
     settings: AuditSettings = DEFAULTS
+    notes: list = field(default_factory=list)
 
     def to_frame(self) -> pd.DataFrame:
         return self.sensitivity
@@ -322,6 +362,19 @@ class LightingSensitivity(SettingsView):
         flips = pooled[[f"flip_{c}" for c in FLIP_CATEGORIES]].to_numpy(dtype=float) if len(pooled) else np.array([])
         q["max_flip_share"] = float(np.nanmax(flips)) if flips.size and np.isfinite(flips).any() else np.nan
         return q
+
+
+def _blank_achromatic_images(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Every row of an (image, estimator) whose unedited measurement is achromatic gets NaN h* and ITA (its hue
+    slope, hue curve, red/yellow and ITA flips are left out; L* is kept); and the number of such images."""
+    rows = rows.reset_index(drop=True)
+    base = rows["edit"].to_numpy() == "none"
+    grey = base & achromatic_rows(rows)
+    if not grey.any():
+        return rows.copy(), 0
+    keys = pd.MultiIndex.from_frame(rows[["sample_id", "estimator"]])
+    hit = keys.isin(keys[grey])
+    return _blank_hue(rows, hit), int(rows.loc[grey, "sample_id"].nunique())
 
 
 def _slopes(rows: pd.DataFrame) -> pd.DataFrame:
@@ -380,7 +433,7 @@ def audit_lighting_sensitivity(rows: pd.DataFrame, images: pd.DataFrame, *, sett
     img_ok = images["ok"].astype(bool).to_numpy()
     coverage = audit_coverage(images.assign(**{_COVER: _COVER_VALUE}), img_ok, [_COVER], settings=settings,
                               step="skin mask of the unedited image", reasons=images["reason"].to_numpy(dtype=object))
-    rows = rows.copy()
+    rows, n_grey = _blank_achromatic_images(rows)
     rows["skin_colour"] = tone_hue_category(rows["L"], rows["hue"], L_threshold=L_threshold,
                                             hue_threshold=hue_threshold)[2].astype(object)
     slopes, ed = _slopes(rows)
@@ -397,11 +450,13 @@ def audit_lighting_sensitivity(rows: pd.DataFrame, images: pd.DataFrame, *, sett
                                 n_boot=settings.n_boot, level=settings.level, seed=settings.seed) for m in ("L", "hue")}
         for j, cell in enumerate(cells):
             rec = {"estimator": est, "edit": edit, "group": cell, "unit": UNITS[edit],
-                   "n_images": int(tabs["L"].loc[j, "n_subjects"])}
+                   "n_images": int(tabs["L"].loc[j, "n_subjects"]),
+                   "n_images_hue": int(tabs["hue"].loc[j, "n_subjects"])}
             for m in ("L", "hue"):
                 t = tabs[m].loc[j]
                 rec.update({f"slope_{m}": t["median"], f"slope_{m}_ci_low": t["median_ci_low"],
                             f"slope_{m}_ci_high": t["median_ci_high"]})
+            rec["too_small"] = cell != ALL and rec["n_images"] < settings.min_subjects
             sens.append(rec)
     sensitivity = pd.DataFrame(sens).set_index(["estimator", "edit", "group"]) if sens else \
         pd.DataFrame(columns=["unit", "n_images", "slope_L", "slope_hue"])
@@ -422,9 +477,19 @@ def audit_lighting_sensitivity(rows: pd.DataFrame, images: pd.DataFrame, *, sett
     correlations = pd.DataFrame(corr, columns=["estimator", "measure", "rho", "pvalue", "n"])
     correlations["pvalue_adjusted"] = adjust_pvalues(correlations["pvalue"].to_numpy(dtype=float),
                                                      settings.correction) if len(correlations) else []
+    notes = []
+    if n_grey:
+        notes.append(f"{n_grey:,} images are achromatic (greyscale or washed out: median C* of the unedited skin "
+                     "below 3) with at least one estimator; their h* and ITA are noise, so their h* slopes, h* "
+                     "curves and red/yellow and ITA flips are left out (their L* is kept)")
+    failed = ~rows["ok"].astype(bool).to_numpy() & (rows["edit"].to_numpy() != "none")
+    if failed.any():
+        notes.append(f"{int(failed.sum()):,} relit copies (of {int(rows.loc[failed, 'sample_id'].nunique()):,} "
+                     "images) could not be measured and are left out of their image's series; a slope needs two "
+                     "measured strengths")
     return LightingSensitivity(slopes, sensitivity, curves, copies, contrast,
                                correlations.set_index(["estimator", "measure"]), coverage, len(images),
-                               int(img_ok.sum()), estimators, edits, settings)
+                               int(img_ok.sum()), estimators, edits, settings, notes)
 
 
 def _copies_spread(rows: pd.DataFrame, settings: AuditSettings, L_threshold, hue_threshold, ita_boundaries):
@@ -448,7 +513,8 @@ def _copies_spread(rows: pd.DataFrame, settings: AuditSettings, L_threshold, hue
                 rec.update({f"median_sd_{m}": t["median"], f"median_sd_{m}_ci_low": t["median_ci_low"],
                             f"median_sd_{m}_ci_high": t["median_ci_high"]})
             for cat in FLIP_CATEGORIES:
-                rec[f"flip_{cat}"] = float(subj[f"flip_{cat}"].mean()) if len(subj) else np.nan
+                f = _flip_values(subj, cat)
+                rec[f"flip_{cat}"] = float(np.mean(f[np.isfinite(f)])) if np.isfinite(f).any() else np.nan
             out.append(rec)
     if not out:
         return pd.DataFrame(columns=["n_subjects"], index=pd.MultiIndex.from_tuples([], names=["estimator", "edit"]))

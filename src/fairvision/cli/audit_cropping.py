@@ -8,6 +8,7 @@ comparisons, direct win rates and position bias.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -45,7 +46,7 @@ def audit_cropping_cmd(
     elo_m: float = typer.Option(400.0, "--elo-m", help="Elo scale M: a difference of M points means 10 to 1 odds."),
     elo_k: float = typer.Option(16.0, "--elo-k", help="Elo update factor K."),
     initial: float = typer.Option(1400.0, "--initial", help="Initial Elo rating of every face."),
-    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_preference_pct>55', 'significant>0', 'min_pvalue<0.05', 'position_share>0.7'. Repeat: any one failing fails."),
+    fail_if: List[str] = typer.Option([], "--fail-if", help="Exit with status 1 after writing the report when a condition holds, e.g. 'max_preference_pct>55', 'max_win_pct>60' (direct games), 'significant>0', 'min_pvalue<0.05', 'position_share>0.7'. Repeat: any one failing fails."),
     title: Optional[str] = typer.Option(None, "--title", help="Report title."),
     settings: AuditSettings = None,
 ):
@@ -61,7 +62,7 @@ def audit_cropping_cmd(
     check_outdir(output)
     conditions = [parse_condition(c) for c in fail_if]  # check syntax before the work
     for flag, value in (("--elo-m", elo_m), ("--elo-k", elo_k)):
-        if not value > 0:
+        if not (math.isfinite(value) and value > 0):
             raise FairvisionError(f"{flag} must be a positive number, not {value!r}")
     path = games_file(games)
     paths, result, evaluated = run_cropping_audit(path, output, groups=groups, group_col=group_col, attribute=attribute,
@@ -70,8 +71,12 @@ def audit_cropping_cmd(
     typer.echo(result.coverage.summary_line())
     q = result.quantities()
     n_sig = int(q["significant"])
-    extra = (f"{result.n_games:,} games, {len(result.players):,} faces, {len(result.groups)} groups; largest "
-             f"preference {q['max_preference_pct']:.1f}%, {n_sig} pair{'' if n_sig == 1 else 's'} of groups "
+    def share(v: float) -> str:
+        return f"{v:.1f}%" if math.isfinite(v) else "n/a"
+
+    extra = (f"{result.n_games:,} games, {len(result.players):,} faces, {len(result.groups)} groups; largest Elo "
+             f"preference {share(q['max_preference_pct'])} (direct games: a group won up to "
+             f"{share(q['max_win_pct'])}), {n_sig} pair{'' if n_sig == 1 else 's'} of groups "
              f"differ{'s' if n_sig == 1 else ''}; {result.position_name} face kept in "
              f"{100 * q['position_share']:.1f}% of games")
     done(paths, extra)

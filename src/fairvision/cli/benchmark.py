@@ -33,7 +33,8 @@ cropping_app = typer.Typer(
     no_args_is_help=True)
 
 
-@with_settings("seed", "workers", "engine", "address", "correction", "alpha", "level", workers=2)
+@with_settings("seed", "workers", "engine", "address", "correction", "alpha", "level", "min_subjects",
+               workers=2)
 def build_cmd(
     source: str = typer.Argument(..., metavar="IMAGES_OR_TABLE", help="A folder of images, a sample table with an image path column, or 'portraits' / 'demo' for the bundled photos."),
     output: Path = typer.Option(Path("cropping-benchmark"), "--output", "-o", help="Output folder: composites/ (PNG), composites.csv (the manifest), report.html, report.json and tables/."),

@@ -93,17 +93,18 @@ def curate_exclusions_cmd(
 
 
 def _rows_of(listed, data, listed_path, samples_path):
-    """Row numbers in the sample table of the sample ids a --removed / --kept table lists (an id not in the sample
-    table is an error naming its row)."""
+    """Row numbers in the sample table of the sample ids a --removed / --kept / --review table lists (an id not in
+    the sample table is an error naming its row; read_table refuses an id listed twice)."""
     import numpy as np  # lazy: see the command
+    import pandas as pd
 
-    pos = {sid: i for i, sid in enumerate(data["sample_id"])}
-    ids = listed["sample_id"].astype(str).tolist()
-    unknown = [i for i, sid in enumerate(ids) if sid not in pos]
-    if unknown:
+    ids = listed["sample_id"].astype(str).to_numpy()
+    rows = pd.Index(data["sample_id"].astype(str)).get_indexer(ids)
+    unknown = np.flatnonzero(rows < 0)
+    if unknown.size:
         raise FairvisionError(f"{listed_path}: row {unknown[0] + 1}: sample_id {ids[unknown[0]]!r} is not in "
-                              f"{samples_path} ({len(unknown)} unknown)")
-    return np.array([pos[sid] for sid in ids], dtype=np.int64)
+                              f"{samples_path} ({unknown.size} unknown)")
+    return rows.astype(np.int64)
 
 
 def _mask(rows, n):
@@ -134,21 +135,21 @@ def _reasons(reason_col, removed_table, rows, data, removed_path, samples_path):
 def _review(table, path, col, data, samples_path):
     """The review column as one value per sample row: 1 suspicious, 0 fine, NaN not reviewed."""
     import numpy as np  # lazy: see the command
-    import pandas as pd
 
     from fairvision.io.validate import require_columns
 
     require_columns(table, [col], source=str(path), what="review column", why=" (--review-col)")
     rows = _rows_of(table, data, path, samples_path)
+    vals = table[col]
+    text = vals.astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    text[vals.isna().to_numpy()] = ""
+    sus, fine = np.isin(text, list(TRUE_VALUES)), np.isin(text, list(FALSE_VALUES))
+    bad = np.flatnonzero(~(sus | fine))
+    if bad.size:
+        raise FairvisionError(f"{path}: row {bad[0] + 1}: column {col!r} is {vals.iloc[bad[0]]!r}; expected 1/0 or "
+                              "true/false")
     out = np.full(len(data), np.nan)
-    for i, v in enumerate(table[col].tolist()):
-        text = "" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else str(v).strip().lower()
-        if text in TRUE_VALUES:
-            out[rows[i]] = 1.0
-        elif text in FALSE_VALUES:
-            out[rows[i]] = 0.0
-        else:
-            raise FairvisionError(f"{path}: row {i + 1}: column {col!r} is {v!r}; expected 1/0 or true/false")
+    out[rows] = sus.astype(float)
     return out
 
 

@@ -40,6 +40,8 @@ def curate_qa_cmd(
     the metadata (docs/METHODS.md §13.7); the collection guidelines of a policy (FHIBE's by default: resolution,
     EXIF, aspect ratio, images per subject, time between photos, annotations; docs/METHODS.md §13.8); and,
     with --known-hashes, matches against known perceptual hashes (docs/METHODS.md §13.9)."""
+    if no_policy and policy is not None:
+        raise FairvisionError("--policy and --no-policy: give one of them (--no-policy skips the policy's checks)")
     check_outdir(output)
     if strip_to is not None:
         check_outdir(strip_to)

@@ -25,6 +25,8 @@ from fairvision.errors import FairvisionError
 #: the edits of ``skin relight`` and their default ranges (fairvision.skin.relight.DEFAULT_RANGES, not imported
 #: here: numpy at start-up)
 _EDITS = ("exposure", "white-balance", "gamma")
+#: the light's temperature a white-balance shift may reach (fairvision.skin.relight.D65_CCT and CCT_RANGE)
+_D65_CCT, _CCT_RANGE = 6504.0, (4000.0, 25000.0)
 _FAIL_IF_HELP = ("Exit with status 1 after writing the report when a condition holds, e.g. 'max_flip_share>0.1', "
                  "'median_sd_L>3'. Repeat: any one failing fails.")
 
@@ -37,6 +39,20 @@ def _numbers(text: str, flag: str, count: int | None = None) -> list[float]:
     if not vals or (count is not None and len(vals) != count) or not all(math.isfinite(v) for v in vals):
         raise FairvisionError(f"{flag} {text!r}: expected {count or 'some'} comma-separated finite numbers")
     return vals
+
+
+def _span(text: str, flag: str, edit: str) -> list[float]:
+    """LO,HI of one edit's range, checked against what the edit accepts (before any image is read)."""
+    lo, hi = _numbers(text, flag, 2)
+    if not hi > lo:
+        raise FairvisionError(f"{flag} {text!r}: LO must be below HI")
+    if edit == "gamma" and lo <= 0:
+        raise FairvisionError(f"{flag} {text!r}: gamma must be positive")
+    if edit == "white-balance" and not (_CCT_RANGE[0] <= _D65_CCT + lo and _D65_CCT + hi <= _CCT_RANGE[1]):
+        raise FairvisionError(f"{flag} {text!r}: the light's temperature, {_D65_CCT:g} K plus the shift, must stay "
+                              f"within {_CCT_RANGE[0]:g}..{_CCT_RANGE[1]:g} K (the CIE daylight locus), so the shift "
+                              f"within {_CCT_RANGE[0] - _D65_CCT:g}..{_CCT_RANGE[1] - _D65_CCT:g}")
+    return [lo, hi]
 
 
 def _names(text: str, flag: str, known) -> tuple[str, ...]:
@@ -56,7 +72,7 @@ def stability_cmd(
     max_k: int = typer.Option(1, "--max-k", min=1, max=4, help="Largest intersection of attributes (2 = also every pair)."),
     samples: Optional[Path] = typer.Option(None, "--samples", metavar="TABLE", help="Sample table whose columns (subject, attributes) are joined to the measurements by image_path or sample_id."),
     output: Path = typer.Option(Path("skin-stability"), "--output", "-o", help="Output folder for report.html, report.json and tables/."),
-    method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first."),
+    method: str = typer.Option("thong", "--method", "-m", help="Estimator when images are measured first (median_ita: Khaziev et al.'s per-image ITA, for their sigma_ITA)."),
     faces: str = typer.Option("largest", "--faces", help="Faces measured per image when images are measured first: largest or all."),
     store: Optional[Path] = STORE_OPTION,
     no_store: bool = NO_STORE_OPTION,
@@ -68,7 +84,8 @@ def stability_cmd(
     """Per-subject spread of apparent skin colour: SD and range of L*, h* (circular) and ITA over each person's
     images, the share of people whose light/dark, red/yellow or ITA class flips between their images (Wilson
     CIs), the median and mean SD by group with subject-bootstrap CIs, and Kruskal-Wallis tests of equal spread
-    across groups. Subjects with one usable image are left out and counted."""
+    across groups. Subjects with one usable image are left out and counted; greyscale (achromatic) images keep
+    their L* but not their h* or ITA, which are noise without colour."""
     check_outdir(output)
     conditions = [parse_condition(c) for c in fail_if]  # before any work
     from fairvision.audits.skin_stability import audit_skin_stability  # lazy imports: see the module docstring
@@ -100,7 +117,8 @@ def stability_cmd(
     exit_if_gates_failed(evaluated)
 
 
-@with_settings("correction", "alpha", "n_boot", "level", "seed", "workers", "engine", "address", workers=2)
+@with_settings("min_subjects", "correction", "alpha", "n_boot", "level", "seed", "workers", "engine", "address",
+               workers=2, n_boot=2000)
 def relight_cmd(
     source: Path = typer.Argument(..., metavar="IMAGES_OR_FOLDER_OR_TABLE", help="An image folder, a sample table with an image path column, or 'portraits' / 'demo' for the bundled photos."),
     edits: str = typer.Option("exposure,white-balance,gamma", "--edits", help="Lighting edits, comma-separated: exposure (EV), white-balance (kelvin shift of the light from D65), gamma."),
@@ -122,8 +140,9 @@ def relight_cmd(
     check_outdir(output)
     conditions = [parse_condition(c) for c in fail_if]  # before any work
     chosen = _names(edits, "--edits", _EDITS)
-    spans = {"exposure": _numbers(exposure_range, "--exposure-range", 2),
-             "white-balance": _numbers(wb_range, "--wb-range", 2), "gamma": _numbers(gamma_range, "--gamma-range", 2)}
+    spans = {"exposure": _span(exposure_range, "--exposure-range", "exposure"),
+             "white-balance": _span(wb_range, "--wb-range", "white-balance"),
+             "gamma": _span(gamma_range, "--gamma-range", "gamma")}
     est = _names(estimators, "--estimators", ("thong", "thong-published", "mean", "median_ita", "gray_mean"))
     if str(source) not in ("portraits", "demo") and not source.exists():
         raise FairvisionError(f"{source}: no such file or folder")
@@ -145,7 +164,7 @@ def relight_cmd(
         rows, table = relight_images(images, options, settings=settings, progress=advance)
     if not table["ok"].any():
         first = table.iloc[0]
-        raise FairvisionError(f"{source}: no image had a skin mask ({len(table):,} tried; first: "
+        raise FairvisionError(f"{source}: no image could be masked and relit ({len(table):,} tried; first: "
                               f"{Path(str(first['image_path'])).name}: {first['reason']}); nothing was written")
     result = audit_lighting_sensitivity(rows, table, settings=settings)
     evaluated = evaluate_conditions(conditions, result.quantities()) if conditions else []

@@ -53,7 +53,7 @@ D65_CCT = 6504.0
 CCT_RANGE = (4000.0, 25000.0)
 #: columns of the per-copy rows of :func:`relight_image`
 ROW_COLUMNS = ["edit", "strength", "estimator", "L", "a", "b", "hue", "ita", "n_pixels", "contrast", "L_rms",
-               "ok", "reason"]
+               "ok", "reason", "flags"]
 
 _LEVELS = np.arange(256, dtype=np.float64) / 255.0
 
@@ -110,6 +110,8 @@ def _check_edit(edit: str, strength) -> None:
         raise ParameterError("gamma", f"must be a positive number, not {strength!r}")
     if edit == "exposure" and not np.isfinite(float(strength)):
         raise ParameterError("ev", f"must be a finite number, not {strength!r}")
+    if edit == "white-balance" and not isinstance(strength, (tuple, list, np.ndarray)):
+        daylight_xy(D65_CCT + float(strength))  # a shift off the daylight locus fails here, before any image
 
 
 def _edit_values(v: np.ndarray, edit: str, strength) -> np.ndarray:
@@ -282,7 +284,7 @@ class RelightOptions:
 def _row(edit, strength, estimator, m, contrast) -> dict:
     return {"edit": edit, "strength": float(strength), "estimator": estimator, "L": m.L, "a": m.a, "b": m.b,
             "hue": m.hue, "ita": m.ita, "n_pixels": m.n_pixels, "contrast": contrast[0], "L_rms": contrast[1],
-            "ok": bool(m.ok), "reason": m.reason}
+            "ok": bool(m.ok), "reason": m.reason, "flags": ";".join(m.flags)}
 
 
 def relight_image(image: np.ndarray, mask: np.ndarray, options: RelightOptions | None = None) -> list[dict]:

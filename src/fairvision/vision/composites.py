@@ -130,20 +130,19 @@ def write_composite(task: dict) -> dict:
 
 
 def _draws(n: int, sizes: Sequence[int], rng: np.random.Generator) -> list[np.ndarray]:
-    """Row positions ``0..n-1`` for consecutive draws of ``sizes`` items: a shuffled cycle through all ``n``,
-    so that every item is used as evenly as possible; no item twice within a draw when ``size <= n``."""
+    """Row positions ``0..n-1`` for consecutive draws of ``sizes`` items, taken one after another from a stream
+    of shuffled cycles through all ``n`` (docs/METHODS.md §6.8): over all draws every item is used as evenly as
+    possible (counts differ by at most one). Where a draw reaches into a new cycle, the items it already holds go
+    to that cycle's end, so no item appears twice within a draw when ``size <= n``, and within a larger draw the
+    counts of the items differ by at most one."""
     pool = np.empty(0, dtype=np.int64)
     out = []
     for k in sizes:
-        if k > n:  # more than the group holds: whole shuffled rounds, then part of one
-            reps, rest = divmod(k, n)
-            out.append(np.concatenate([rng.permutation(n) for _ in range(reps)] + [rng.permutation(n)[:rest]]))
-            continue
         take, pool = pool[:k], pool[k:]
-        if len(take) < k:  # the cycle ran out: a new one, the items just taken moved to its end
+        while len(take) < k:  # the cycle ran out: a new one, the items this draw holds most often at its end
             fresh = rng.permutation(n)
-            used = np.isin(fresh, take)
-            fresh = np.concatenate([fresh[~used], fresh[used]])
+            held = np.bincount(take, minlength=n)[fresh]
+            fresh = fresh[np.argsort(held, kind="stable")]
             need = k - len(take)
             take, pool = np.concatenate([take, fresh[:need]]), fresh[need:]
         out.append(take.astype(np.int64))

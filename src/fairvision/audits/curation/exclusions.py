@@ -31,7 +31,7 @@ from fairvision.stats.chisquare import chi2_test
 from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.proportions import wilson_interval
 from fairvision.stats.representation import nsd
-from fairvision.stats.resample import bootstrap_counts, count_shares, percentile_ci
+from fairvision.stats.resample import bias_corrected_ci, bootstrap_counts, count_shares, percentile_ci
 
 #: the reason of a removed sample whose reason cell is empty
 UNKNOWN_REASON = "unknown"
@@ -199,10 +199,7 @@ def audit_exclusions(
     settings = settings or DEFAULT_SETTINGS
     source = data.attrs.get("source", "table")
     validate_sample_table(data, source=source)
-    attributes = list(attributes)
-    if not attributes:
-        raise ParameterError("attributes", "is empty: give at least one attribute")
-    keep = np.asarray(kept)
+    keep = np.asarray(kept)  # the attributes are checked where the groups are built (groups.intersections)
     if keep.shape != (len(data),) or keep.dtype != bool:
         raise ParameterError("kept", f"must be {len(data)} booleans, one per row of {source}")
     if not keep.any():
@@ -236,6 +233,12 @@ def audit_exclusions(
         if small and len(key) == 1:
             warnings.append(f"{SEP.join(key)}: {small} groups have fewer than {settings.min_subjects} {unit} before "
                             "the exclusions; their shifts are shown but not judged.")
+    for inter in inters[:len(names)]:  # rows without a value (--missing drop) are in no group: say how many
+        has = np.zeros(len(data), dtype=bool)
+        has[inter.rows] = True
+        if not has.all():
+            warnings.append(f"{inter.name}: {int((~has).sum()):,} images without a value ({int((~has & ~keep).sum()):,} "
+                            "of them removed) are left out of its groups, shares and tests.")
     n_subj_after = int(np.unique(subj[keep]).size) if subj is not None else None
     return ExclusionsAudit(
         n_before=len(data), n_after=int(keep.sum()),
@@ -268,7 +271,9 @@ def _compare_set(inter: Intersection, keep: np.ndarray, subj: np.ndarray | None,
         cols["shift_ci_low"], cols["shift_ci_high"] = percentile_ci(diff, settings.level)
         with np.errstate(invalid="ignore"):
             change = nsd(reps[:, g:]) - nsd(reps[:, :g])
-        lo, hi = percentile_ci(change, settings.level)
+        # bias-corrected as NSD's own intervals (§4.2): NSD near 0 is biased upwards in the replicates, before and
+        # after by different amounts, so a plain percentile interval of the change can miss the estimate
+        lo, hi = bias_corrected_ci(change, row["nsd_change"], settings.level, (-1.0, 1.0))
         row["nsd_change_ci_low"], row["nsd_change_ci_high"] = float(lo), float(hi)
     if sb is not None:
         cols.update(n_subjects_before=sb, n_subjects_after=sa, n_subjects_lost=sb - sa,

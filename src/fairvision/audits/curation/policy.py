@@ -399,8 +399,7 @@ def _time_apart(data: pd.DataFrame, policy: Policy, subj: np.ndarray, count: np.
 
 def _annotation_checks(data: pd.DataFrame, policy: Policy, ids: np.ndarray, source: str) -> list[_Check]:
     """Required annotations present; keypoints inside the person box; the face box inside the person box."""
-    n, out = len(data), []
-    tol = policy.tolerance_px
+    n, out, tol = len(data), [], policy.tolerance_px
     limit = f"inside the person box (+{tol:g} px)"
     if policy.required:
         cols = [c for c in policy.required if c in data.columns]
@@ -511,9 +510,9 @@ def audit_policy(
         first = np.argmax(status == NOT_CHECKED, axis=0)
         reason = np.stack([c.reason for c in ran])[first, np.arange(len(data))]
         why = np.array([c.name for c in ran], dtype=object)[first] + " " + np.where(skipped, reason, "")
-        coverage = audit_coverage(data, ~skipped, list(attributes), step="collection-guideline checks",
-                                  settings=settings, reasons=np.where(skipped, why, None))
-    params = {"n_images": len(data), "attributes": list(attributes), "policy": policy.name}
+        coverage = audit_coverage(data, ~skipped, list(attributes), settings=settings, reasons=np.where(
+            skipped, why, None), step="running of every collection-guideline check")  # run, passed or not
+    params = {"n_images": len(data), "attributes": list(attributes), "policy": policy.name, "subjects": subj is not None}
     return PolicyResult(long, summary, by_group, tests, dup, policy, coverage, settings, params)
 
 
@@ -554,10 +553,10 @@ def _groups(data: pd.DataFrame, checks: list[_Check], subj: np.ndarray | None, a
     corrected across all tests; groups below ``min_subjects`` subjects are reported, not tested."""
     rows, tests = [], []
     for m in memberships(data, attributes) if len(attributes) else []:
-        for c in checks:
+        for c in [c for c in checks if (c.status != NOT_CHECKED).any()]:  # a check run for no image: no rows
             keep = c.status[m.rows] != NOT_CHECKED
             r, g = m.rows[keep], m.codes[keep]
-            who = subj[r] if subj is not None else r
+            who = np.where(subj[r] >= 0, subj[r], -1 - r) if subj is not None else r  # no subject id: on its own
             if c.name in SUBJECT_LEVEL and subj is not None:  # one row per subject and group
                 _, first = np.unique(np.stack([who, g]), axis=1, return_index=True)
                 r, g, who = r[first], g[first], who[first]
@@ -573,7 +572,9 @@ def _groups(data: pd.DataFrame, checks: list[_Check], subj: np.ndarray | None, a
                              "share_failed": bad[j] / n[j] if n[j] else np.nan, "ci_low": lo[j], "ci_high": hi[j],
                              "tested": bool(big[j])})
             table = np.stack([bad, n - bad], axis=1)[big]
-            test, stat, p = "not tested: under two groups of enough subjects, or no failures", np.nan, np.nan
+            test, stat, p = ("not tested: " + (f"fewer than two groups of {settings.min_subjects}+ subjects"
+                             if table.shape[0] < 2 else "no image fails" if not table[:, 0].sum() else
+                             "every checked image fails" if not table[:, 1].sum() else ""), np.nan, np.nan)
             if table.shape[0] >= 2 and (table.sum(axis=0) > 0).all():
                 res = chi2_test(table, exact="always" if table.shape == (2, 2) else "never", warn=False)
                 test = "Fisher exact" if res.method == "fisher" else "chi-square"
@@ -582,8 +583,7 @@ def _groups(data: pd.DataFrame, checks: list[_Check], subj: np.ndarray | None, a
     by_group = pd.DataFrame(rows, columns=["check", "attribute", "group", "n", "n_subjects", "n_failed",
                                            "share_failed", "ci_low", "ci_high", "tested"])
     tests_df = pd.DataFrame(tests, columns=["check", "attribute", "test", "statistic", "pvalue"])
-    tests_df["pvalue_adjusted"] = adjust_pvalues(tests_df["pvalue"].to_numpy(dtype=float), settings.correction) \
-        if len(tests_df) else np.zeros(0)
+    tests_df["pvalue_adjusted"] = adjust_pvalues(tests_df["pvalue"].to_numpy(dtype=float), settings.correction)
     tests_df["differs"] = (tests_df["pvalue_adjusted"] < settings.alpha).astype(bool)
     return by_group, tests_df
 

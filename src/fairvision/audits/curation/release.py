@@ -175,10 +175,13 @@ def coarsen_dates(values: pd.Series, precision: str = DEFAULT_PRECISION) -> tupl
         head = text[fast].str.slice(0, 10).str.replace(":", "-", regex=False)
         try:
             np.array(head.to_numpy(dtype=object), dtype="datetime64[D]")  # each a real calendar date
-            out[fast] = head.str.slice(0, width).to_numpy(dtype=object)
-            ok[fast] = True
-        except ValueError:  # some impossible day: the slow path below, which gives NaT for it
-            fast[:] = False
+            valid = np.ones(len(head), dtype=bool)
+        except ValueError:  # some impossible day (2023-02-30): which ones, vectorised; they stay missing
+            full = head.where(head.str.len() == 10, head + "-01")  # a month alone (2023-06): its first day
+            valid = pd.to_datetime(full, format="%Y-%m-%d", errors="coerce").notna().to_numpy(bool)
+        idx = np.flatnonzero(fast)[valid]
+        out[idx] = head[valid].str.slice(0, width).to_numpy(dtype=object)
+        ok[idx] = True
     rest = ~fast & text.notna().to_numpy(bool)
     if rest.any():
         parsed = parse_dates(text[rest].astype(object)).to_numpy()
@@ -218,6 +221,29 @@ def id_text(value) -> str:
     return str(value)
 
 
+def id_texts(values: pd.Series) -> np.ndarray:
+    """:func:`id_text` of every value (an object array; None where a value is missing), converting each
+    distinct value once (``pandas.factorize``) and spreading the texts by its codes."""
+    codes, uniq = pd.factorize(values)  # a missing value: code -1
+    if pd.api.types.is_float_dtype(uniq):
+        v = np.asarray(uniq, dtype=np.float64)
+        whole = np.isfinite(v) & (v == np.floor(v))
+        text = np.empty(len(v), dtype=object)
+        text[whole] = v[whole].astype(np.int64).astype(str)
+        text[~whole] = v[~whole].astype(str)
+    elif pd.api.types.is_object_dtype(uniq):  # maybe mixed types (7, "7", 7.0): each distinct value on its own
+        text = np.array([id_text(u) for u in uniq], dtype=object)
+    else:
+        text = np.asarray(uniq.astype(str), dtype=object)
+    return np.append(text, None)[codes]
+
+
+def pseudonymise(texts: np.ndarray, mapping: dict[str, str]) -> np.ndarray:
+    """The pseudonym of each id text (:func:`id_texts`), looked up once per distinct text; None stays None."""
+    codes, uniq = pd.factorize(texts)
+    return np.array([mapping[u] for u in uniq] + [None], dtype=object)[codes]
+
+
 def _roles(options: ReleaseOptions) -> dict[str, str]:
     roles = {options.sample_col: "sample", options.subject_col: "subject"}
     roles.update({c: "id" for c in options.id_cols if c not in roles})
@@ -244,10 +270,8 @@ def _release_table(df: pd.DataFrame, name: str, options: ReleaseOptions, maps: d
     roles = _roles(options)
     for c in list(out.columns):
         if c in roles:
-            vals = out[c]
-            miss = vals.isna().to_numpy()
-            out[c] = [None if m else maps[roles[c]][id_text(v)] for v, m in zip(vals, miss)]
-            _change(changes, name, c, f"pseudonymised ({roles[c]} id)" if roles[c] != "id" else "pseudonymised (id column)", int((~miss).sum()))
+            out[c] = pseudonymise(id_texts(out[c]), maps[roles[c]])
+            _change(changes, name, c, f"pseudonymised ({roles[c]} id)" if roles[c] != "id" else "pseudonymised (id column)", int(df[c].notna().sum()))
         elif c in options.drop_cols:
             out = out.drop(columns=c)
             _change(changes, name, c, "dropped (--drop-col)", int(df[c].notna().sum()))
@@ -272,14 +296,19 @@ def _dates(out: pd.DataFrame, c: str, name: str, options: ReleaseOptions, change
             detected.append((name, c, "not coarsened"))
         return out
     kind = date_kind(out[c])
+    partly = False  # a date-like name, some ISO dates among other values: the dates coarsened, the rest blanked
     if kind is None:
         if forced:
             bad = parse_dates(out[c].astype("string")).isna() & out[c].notna()
             row = int(np.flatnonzero(bad.to_numpy())[0]) + 1 if bad.any() else 1
             raise ColumnError(f"{name}: column {c!r} (--date-col): row {row}: not a date or time")
-        _change(changes, name, c, "date-like name, values not dates: left unchanged", 0)
-        detected.append((name, c, "not dates"))
-        return out
+        partly = not pd.api.types.is_numeric_dtype(out[c]) and \
+            out[c].dropna().astype(str).str.strip().str.match(_ISO_LIKE).any()
+        if not partly:  # never a full-precision date left behind: only columns without any date stay as they are
+            _change(changes, name, c, "date-like name, values not dates: left unchanged", 0)
+            detected.append((name, c, "not dates"))
+            return out
+        kind = "datetime"
     vals = out[c]
     if kind == "time":
         band = time_band(vals)
@@ -287,15 +316,17 @@ def _dates(out: pd.DataFrame, c: str, name: str, options: ReleaseOptions, change
         _change(changes, name, c, "time of day to a 6-hour band", int((band.notna() & (band != vals)).sum()))
     else:
         parsed = parse_dates(vals)
-        coarse, n, _ = coarsen_dates(vals, options.date_precision)
+        coarse, n, unread = coarsen_dates(vals, options.date_precision)
         out[c] = coarse
-        _change(changes, name, c, f"coarsened to the {options.date_precision}", n)
+        _change(changes, name, c, f"coarsened to the {options.date_precision}", n - unread)
+        if unread:
+            _change(changes, name, c, "values not dates among dates: blanked", unread)
         has_time = parsed.notna() & ((parsed.dt.hour != 0) | (parsed.dt.minute != 0) | (parsed.dt.second != 0))
         if options.time_bands and has_time.any():
             col = f"{c}_hour"
             out.insert(out.columns.get_loc(c) + 1, col, time_band(parsed).where(parsed.notna(), None))
             _change(changes, name, col, "added: time of day as a 6-hour band", int(parsed.notna().sum()))
-    detected.append((name, c, "--date-col" if forced else "detected"))
+    detected.append((name, c, "--date-col" if forced else "detected, values not dates blanked" if partly else "detected"))
     return out
 
 
@@ -364,16 +395,23 @@ def audit_release(
     if len(all_tables) < 1 + len(tables or {}):
         raise FairvisionError("a further table may not be called 'samples' (the samples table is released as samples.csv)")
     _check_columns(all_tables, options)
-    for a in options.attrs:
+    for a in options.attrs:  # before any image is written
         if a not in samples.columns:
             raise ColumnError(f"--attr {a!r}: no such column in the samples table")
+        if a in _roles(options):
+            raise ColumnError(f"--attr {a!r}: an id column (released as pseudonyms), not an attribute")
+        if a in options.drop_cols or a in PATH_COLUMNS or is_location_column(a):
+            raise ColumnError(f"--attr {a!r}: not released (a location, path or --drop-col column)")
+    for name, t in all_tables.items():
+        for c in (c for c in options.date_cols if c in t.columns and date_kind(t[c]) is None):
+            _dates(t[[c]], c, name, options, [], [])  # raises, naming the first row that is not a date
     roles = _roles(options)
     maps = {}
     for role, prefix in PREFIXES.items():
-        vals = [v for n, t in all_tables.items() for c in t.columns if roles.get(c) == role for v in t[c].dropna()]
-        maps[role] = pseudonyms(key, map(id_text, vals), prefix, what=f"{role} ids")
-    sids = [id_text(v) for v in samples[options.sample_col]]
-    names = [maps["sample"][s] for s in sids]
+        texts = [id_texts(t[c].dropna()) for t in all_tables.values() for c in t.columns if roles.get(c) == role]
+        maps[role] = pseudonyms(key, pd.unique(np.concatenate(texts)) if texts else [], prefix, what=f"{role} ids")
+    sids = id_texts(samples[options.sample_col])
+    names = pseudonymise(sids, maps["sample"])
     images = write_images(samples[IMAGE_PATH].tolist() if IMAGE_PATH in samples else [None] * len(samples), names,
                           stage / "images", max_side=options.max_side, settings=settings, progress=progress) \
         if IMAGE_PATH in samples else None
@@ -383,7 +421,7 @@ def audit_release(
     gone = set(np.asarray(sids, dtype=object)[~keep])
     released: dict[str, pd.DataFrame] = {}
     for name, t in all_tables.items():
-        rows = ~t[options.sample_col].map(id_text).isin(gone).to_numpy() if options.sample_col in t and gone else \
+        rows = ~pd.Series(id_texts(t[options.sample_col])).isin(gone).to_numpy() if options.sample_col in t and gone else \
             np.ones(len(t), bool)
         if not rows.all():
             _change(changes, name, "(rows)", "rows left out (image not released)", int((~rows).sum()))
@@ -394,7 +432,7 @@ def audit_release(
             out.insert(pos, IMAGE_PATH, images.loc[keep, "file"].to_numpy())
             _change(changes, name, IMAGE_PATH, "replaced by the released file name", int(keep.sum()))
         released[name] = out
-    dates = {c for n, c, how in detected if n == "samples" and how in ("detected", "--date-col")}
+    dates = {c for n, c, how in detected if n == "samples" and how.startswith(("detected", "--date-col"))}
     dates |= {f"{c}_hour" for c in dates}
     attrs = list(options.attrs) or default_attributes(released["samples"], options, dates)
     for a in attrs:

@@ -19,6 +19,8 @@ from fairvision.report.findings import GAP_LARGE, ci_text, count_of, num, p_text
 _MAX_POINT_GROUPS = 12
 #: most faces drawn as points in the rating plot
 _MAX_POINTS = 4000
+#: median games per face below which the report warns that the ratings barely moved (the paper: about 60)
+FEW_GAMES = 10
 
 
 def cropping_section(result, *, conditions: list[dict] | None = None,
@@ -59,6 +61,12 @@ def cropping_section(result, *, conditions: list[dict] | None = None,
         cov = result.coverage
         sec.note(f"{cov.n_left_out:,} of {cov.n:,} rows are left out of the ratings ({cov.reasons_text()}); the "
                  "coverage section tests whether the share left out differs by pair of groups (docs/METHODS.md §9.3).",
+                 "warning")
+    if games_per_face(result) < FEW_GAMES:
+        sec.note(f"A face played a median of {_games_text(result, 'rated game')} (the paper: about 60). "
+                 f"Each game moves a rating by at most K = {num(result.k, 0)} points, so the ratings stay close to "
+                 f"{num(result.initial, 0)} and differences between groups are hard to detect; the direct win rates "
+                 "below show the raw choices. Build the benchmark with more composites per pair (--per-pair).",
                  "warning")
     small = result.groups[result.groups["too_small"].astype(bool)]
     if len(small):
@@ -145,6 +153,43 @@ def _position_block(sec: Section, result) -> None:
              "mostly record which face happened to be on top.")
 
 
+def _direct_text(result, win: str, lose: str) -> str:
+    """``"; in their direct games ..."``: the share of the games between the two groups that kept ``win``. The
+    Elo preference shrinks towards one half when the faces played few games (K = 16 moves a rating little per
+    game), so the finding gives the raw share beside it (docs/METHODS.md §6.9)."""
+    w = result.wins
+    row = w[(w["group"].astype(str) == str(win)) & (w["opponent"].astype(str) == str(lose))] if len(w) else w
+    if not len(row) or not row["games"].iloc[0]:
+        return ""
+    r = row.iloc[0]
+    return (f"; in their direct games the crop kept {win} in {pct(r['win_rate'], 1)}"
+            f"{ci_text(r['ci_low'], r['ci_high'], lambda v: pct(v, 1))} of {count_of(int(r['games']), 'game')}")
+
+
+def games_per_face(result) -> float:
+    """The median number of rated games of a face."""
+    return float(np.median(result.players["games"])) if len(result.players) else 0.0
+
+
+def _games_text(result, word: str = "game") -> str:
+    """``"1 game"``, ``"2.5 games"``: the median games per face."""
+    n = games_per_face(result)
+    return f"{num(n, 1 if n % 1 else 0)} {word if n == 1 else word + 's'}"
+
+
+def _caveats(result) -> str:
+    """What a finding of no difference does not cover: groups too small to test, and ratings that barely moved
+    because the faces played few games."""
+    out = ""
+    small = result.groups.loc[result.groups["too_small"].astype(bool), "group"].astype(str).tolist()
+    if small:
+        out += f"; {', '.join(small)} not tested (fewer than {result.min_subjects} subjects)"
+    if games_per_face(result) < FEW_GAMES:
+        out += (f"; with a median of {_games_text(result)} per face the ratings stay close to "
+                f"{num(result.initial, 0)} and the test has little power")
+    return out
+
+
 def add_findings(sec: Section, result, conditions: list[dict] | None = None) -> None:
     """Findings of a cropping audit (docs/METHODS.md §9.1): failed gates; for each pair of groups that differs
     significantly (at most three, the largest first) which group the cropper prefers and by how much; when no
@@ -165,9 +210,9 @@ def add_findings(sec: Section, result, conditions: list[dict] | None = None) -> 
                       else (1 - r["preference_ci_high"], 1 - r["preference_ci_low"]))
             elo_w, elo_l = (r["elo_a"], r["elo_b"]) if a_first else (r["elo_b"], r["elo_a"])
             sec.finding(f"The cropper prefers {attr} = {win} over {lose}: mean Elo {num(elo_w, 0)} against "
-                        f"{num(elo_l, 0)}, a difference of {num(abs(r['elo_difference']), 0)} points, which means "
-                        f"keeping {win} in {pct(pref, 1)}{ci_text(lo, hi, lambda v: pct(v, 1))} of their games; "
-                        f"{p_text(r['pvalue_adjusted'])}",
+                        f"{num(elo_l, 0)}, a difference of {num(abs(r['elo_difference']), 0)} points, an Elo "
+                        f"preference of {pct(pref, 1)}{ci_text(lo, hi, lambda v: pct(v, 1))}"
+                        f"{_direct_text(result, win, lose)}; {p_text(r['pvalue_adjusted'])}",
                         test_severity(r["pvalue_adjusted"], result.alpha, pref - 0.5, GAP_LARGE), target="comparisons",
                         quantity=f"preference_pct.{quantity_key(r['group_a'])}.{quantity_key(r['group_b'])}",
                         value=100 * r["preference"],
@@ -178,8 +223,8 @@ def add_findings(sec: Section, result, conditions: list[dict] | None = None) -> 
         pref = max(top["preference"], 1 - top["preference"])
         sec.finding(f"No pair of {attr} groups differs significantly in Elo rating ({result.correction} correction); "
                     f"the largest difference, {num(top['_gap'], 0)} points between {top['group_a']} and "
-                    f"{top['group_b']}, would mean a {pct(pref, 1)} preference", "info", target="comparisons",
-                    quantity="max_preference_pct", value=100 * pref)
+                    f"{top['group_b']}, would mean a {pct(pref, 1)} preference{_caveats(result)}", "info",
+                    target="comparisons", quantity="max_preference_pct", value=100 * pref)
     else:
         sec.finding(f"Fewer than two {attr} groups have {result.min_subjects} subjects or more: no pair is tested",
                     "info", target="groups")

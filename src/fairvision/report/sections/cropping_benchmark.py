@@ -50,6 +50,14 @@ def build_sections(result: CroppingBuild) -> list[Section]:
     if len(small):
         s.note("Groups with fewer images than composites per pair reuse images within a pair: "
                + ", ".join(f"{g} ({int(n)})" for g, n in small["images"].items()), "warning")
+    few = per_group[(per_group["subjects"] > 0) & (per_group["subjects"] < result.min_subjects)]
+    if len(few):
+        s.finding(f"{count_of(len(few), 'group')} {'has' if len(few) == 1 else 'have'} fewer than "
+                  f"{result.min_subjects} people ("
+                  + ", ".join(f"{g}: {count_of(int(n), 'person', 'people')}" for g, n in few["subjects"].items())
+                  + "): their composites show the same few faces again and again, so 'fairvision audit cropping' "
+                  "lists their ratings but does not test them (--min-subjects); add images of these groups to "
+                  "compare them", "medium", target="images_by_group")
     s.finding(f"Built {count_of(int(q['n_composites']), 'composite')} for {count_of(int(q['n_pairs']), 'pair')} of "
               f"groups from {int(q['n_grouped']):,} of {int(q['n_images']):,} images", "info",
               target="pairs", quantity="n_composites", value=q["n_composites"])
@@ -97,6 +105,14 @@ def run_sections(result: CroppingRun) -> list[Section]:
         agree = int((by_mass[with_map] == result.games.loc[with_map, "kept"]).sum())
         s.note(f"The share of saliency mass inside the face boxes picks the same face as the crop in {agree:,} of "
                f"{int(with_map.sum()):,} games with a saliency map (games.csv: top_mass, bottom_mass, kept_by_mass).")
+    g = result.games
+    minority = np.minimum(g["top_share"].to_numpy(dtype=float), g["bottom_share"].to_numpy(dtype=float))
+    both = int((minority > 0).sum())
+    if both:
+        s.note(f"{count_of(both, 'crop')} of {len(g):,} hold part of both faces (the smaller face's share of the crop: "
+               f"median {pct(float(np.median(minority[minority > 0])))}, at most {pct(float(minority.max()))}); the face "
+               "with the larger share is kept. A crop that holds much of both faces (a tall --aspect) says little "
+               "about which face the cropper prefers.", "warning" if minority.max() >= 0.25 else "info")
     if allp["none"]:
         s.finding(f"{count_of(int(allp['none']), 'game')} kept neither face (a tie of the two shares); they carry no "
                   "winner", "info", target="position", quantity="none_share", value=allp["none"] / max(allp["games"], 1))

@@ -6,12 +6,11 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.curation.exclusions import ExclusionsAudit
-from fairvision.audits.gates import describe
 from fairvision.report import plots
 from fairvision.report.document import Section
 from fairvision.report.findings import ci_text, group_text, num, p_text, pct, test_severity
-from fairvision.report.sections.coverage import coverage_section
 from fairvision.report.sections.dataset_compare import grouped_share_bars
+from fairvision.report.sections.distribution import gate_findings, open_section
 
 #: the subject columns of a shift table, shown in a table of their own
 SUBJECT_COLUMNS = ["n_subjects_before", "n_subjects_after", "n_subjects_lost", "subject_share_before",
@@ -32,13 +31,30 @@ def exclusions_sections(audit: ExclusionsAudit) -> list[Section]:
     out = [exclusions_section(audit)]
     if audit.review is not None:
         out.append(review_section(audit))
-    cov = coverage_section(audit.coverage, id="exclusions-kept", title="Share kept by group")
-    cov.findings = []  # the exclusions section states these tests in its own findings
-    cov.intro = (f"Share of {audit.coverage.unit} kept after the exclusions, per group, with {audit.level:.0%} Wilson "
-                 "intervals, and per attribute the test of kept vs removed. Exclusions that fall on one group more "
-                 "than on others change who is in the dataset.")
-    out.append(cov)
+    out.append(kept_section(audit))
     return out
+
+
+def kept_section(audit: ExclusionsAudit) -> Section:
+    """The share kept per group (the coverage audit of docs/METHODS.md §9.3 with "kept" as success), in words of
+    keeping and removing: the tests of kept vs removed are in the exclusions section, with its findings."""
+    cov = audit.coverage
+    s = Section("exclusions-kept", "Share kept by group", intro=(
+        f"Share of {cov.unit} kept after the exclusions, per group, with {audit.level:.0%} Wilson intervals (the "
+        "tests of kept vs removed are in the table above). Exclusions that fall on one group more than on others "
+        "change who is in the dataset."))
+    s.metrics("kept_overall", {cov.unit: cov.n, "kept": audit.n_after, "share kept": cov.overall})
+    by = cov.by_group.rename(columns={"n_ok": "n_kept", "rate": "share_kept"})
+    s.table("kept_by_group", by, f"{cov.unit.capitalize()} kept per group (share_kept with Wilson intervals).")
+    if len(cov.reasons):
+        s.table("removed_reasons", cov.reasons, f"{cov.unit.capitalize()} removed per reason.")
+    fig_df = by.rename(columns={"share_kept": "estimate"})
+    fig_df.index = [group_text(a, g) for a, g in fig_df.index]
+    s.figure("kept_forest", plots.forest(fig_df, title="Share kept by group", xlabel=f"share of {cov.unit} kept",
+                                         reference=cov.overall),
+             f"Share of {cov.unit} kept per group with {audit.level:.0%} Wilson intervals (dashed: overall).",
+             data=by.reset_index()[["attribute", "group", "share_kept", "ci_low", "ci_high"]].to_dict(orient="list"))
+    return s
 
 
 def exclusions_section(audit: ExclusionsAudit, *, title: str = "What the exclusions do to the dataset") -> Section:
@@ -54,15 +70,12 @@ def exclusions_section(audit: ExclusionsAudit, *, title: str = "What the exclusi
     if audit.n_subjects_before is not None:
         key.update({"subjects before": audit.n_subjects_before, "subjects kept": audit.n_subjects_after,
                     "subjects lost": audit.n_subjects_lost})
-    s.metrics("overview", key)
-    add_findings(s, audit)
-    for g in audit.gates:
-        s.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
-    for w in audit.warnings:
-        s.note(w, "warning")
-    if audit.subject_col is None:
-        s.note("No subject column: each image is treated as a different person. Pass --subject-col so that "
-               "intervals resample people and people who leave the dataset are counted.")
+    open_section(s, audit, key, add_findings, no_subject=None if audit.subject_col else (
+        "Pass --subject-col so that intervals resample people and people who leave the dataset are counted."))
+    if audit.subject_col:
+        s.note(f"The tests of kept vs removed count images as independent; when {audit.subject_col}'s images are "
+               "removed together (every image of a suspicious subject), their p-values are too small. Read the "
+               "subject tables and the shift intervals (which resample subjects) beside them.")
     tests = audit.tests.join(pd.DataFrame({"largest_shift_pp": [
         (audit.largest_shift((a,)) or (None, None, np.nan))[2] for a in audit.tests.index]}, index=audit.tests.index))
     s.table("exclusion_tests", tests, "Kept vs removed by group, per attribute: Fisher's exact test for two groups, "
@@ -106,9 +119,7 @@ def add_findings(s: Section, audit: ExclusionsAudit) -> None:
     """Findings of an exclusions audit (docs/METHODS.md §9.1, §13.12): failed gates; whether the exclusions change
     the demographics (significant attributes, largest shift); each attribute whose share removed differs; people
     who left; reasons that fall on some groups more than others."""
-    for g in audit.gates:
-        if g["holds"]:
-            s.finding(f"--fail-if {describe(g)}", "high", target="overview", quantity=g.get("name"), value=g.get("value"))
+    gate_findings(s, audit.gates)
     sig = audit.significant()
     big = audit.largest_shift()
     removed = f"{audit.n_removed:,} of {audit.n_before:,} images ({pct(audit.n_removed / audit.n_before)})"
@@ -134,6 +145,8 @@ def add_findings(s: Section, audit: ExclusionsAudit) -> None:
     for a in sig:
         t = audit.shifts[(a,)]
         ok = t[(t["n_before"] > 0).to_numpy()]
+        if (~ok["too_small"].astype(bool)).sum() >= 2:  # name groups large enough to judge
+            ok = ok[~ok["too_small"].astype(bool).to_numpy()]
         hi_g, lo_g = ok["removed_rate"].idxmax(), ok["removed_rate"].idxmin()
         hit = audit.largest_shift((a,))
         p = float(audit.tests.loc[a, "pvalue_adjusted"])
@@ -145,10 +158,12 @@ def add_findings(s: Section, audit: ExclusionsAudit) -> None:
         if hit is not None:
             text += f"; {group_text(a, hit[1])} {pp(hit[2])}"
         size = abs(hit[2]) if hit else None
+        lo, hi = (t.loc[hit[1], "shift_ci_low"], t.loc[hit[1], "shift_ci_high"]) if hit else (None, None)
+        if hit and hit[2] < 0:  # the value is the shift's size: its interval turns with it
+            lo, hi = -hi, -lo
         s.finding(text, test_severity(p, audit.alpha, size, SHIFT_LARGE_PP) if size is not None else "medium",
-                  target=f"shifts_{a}", quantity=f"max_share_shift_pp.{a}", value=size, pvalue=p,
-                  ci_low=row.get("nsd_change_ci_low"), ci_high=row.get("nsd_change_ci_high"),
-                  size=size / 100 if size is not None else None)
+                  target=f"shifts_{a}", quantity=f"max_share_shift_pp.{a}", value=size, pvalue=p, ci_low=lo,
+                  ci_high=hi, size=size / 100 if size is not None else None)
     if audit.n_subjects_lost:
         share = audit.n_subjects_lost / audit.n_subjects_before
         s.finding(f"{audit.n_subjects_lost:,} of {audit.n_subjects_before:,} subjects ({pct(share)}) had all their "
@@ -158,6 +173,8 @@ def add_findings(s: Section, audit: ExclusionsAudit) -> None:
         for (reason, a), row in audit.reason_tests[audit.reason_tests["differs"].astype(bool)].iterrows():
             br = audit.by_reason.reset_index()
             b = br[(br["reason"] == reason) & (br["attribute"] == a) & (br["n"] > 0)].set_index("group")
+            judged = ~audit.shifts[(a,)]["too_small"].reindex(b.index, fill_value=True).to_numpy(bool)
+            b = b[judged] if judged.any() else b  # name a group large enough to judge
             g = b["relative_rate"].idxmax()
             s.finding(f"Reason {reason!r} removes {group_text(a, g)} most often ({pct(b.loc[g, 'removed_rate'])}, "
                       f"{num(b.loc[g, 'relative_rate'])} times its overall rate); {p_text(row['pvalue_adjusted'])}",

@@ -78,9 +78,11 @@ def _groups(sec: Section, result) -> None:
     bg, tests = result.by_group, result.tests
     if not len(bg):
         return
+    who = ("Subject-level checks (images per subject, consistency) count subjects." if result.params.get("subjects")
+           else f"No subject column ({result.policy.subject_column!r}): n_subjects counts images, each taken as "
+                "one person.")
     sec.table("policy by group", bg, f"Share failing each check per group ({int(result.settings.level * 100)}% Wilson "
-              f"intervals); groups below {result.settings.min_subjects} subjects are reported, not tested. "
-              "Subject-level checks (images per subject, consistency) count subjects.")
+              f"intervals); groups below {result.settings.min_subjects} subjects are reported, not tested. {who}")
     sec.table("policy group tests", tests, f"Does failing concentrate in a group? Fisher's exact test (two groups) or "
               f"chi-square per check and attribute, {result.settings.correction} correction across all of them.",
               highlight="differs")

@@ -60,8 +60,8 @@ def release_section(result, *, conditions: list[dict] | None = None) -> list[Sec
     dates = pd.DataFrame(p["date_columns"], columns=["table", "column", "how"])
     if len(dates):
         sec.table("date columns", dates, "Columns treated as dates: given (--date-col), detected (a date-like name "
-                  "and every value a date), or left unchanged (values not dates, or date-like values under another "
-                  "name: give --date-col).")
+                  "and every value a date; with some dates among other values, the others blanked), or left "
+                  "unchanged (no value a date, or dates under another name: give --date-col).")
     by_set = anon.by_set
     if len(by_set):
         fig, g = _min_size_figure(by_set, anon.k, anon.unit)
@@ -80,6 +80,11 @@ def release_section(result, *, conditions: list[dict] | None = None) -> list[Sec
         b = result.anonymity_before
         sec.note(f"Before suppression: smallest group {b.min_group_size:.0f}, {count_of(b.n_cells_below_k, 'group')} "
                  f"below k = {b.k}; after: smallest {anon.min_group_size:.0f}, {anon.n_cells_below_k} below k.", "info")
+    unchecked = [c for t, c, how in dates.itertuples(index=False) if t == "samples" and how != "not dates"
+                 and how != "not coarsened" and c not in p["attributes"]]
+    if unchecked and p["attributes"]:
+        sec.note(f"Dates are not among the attributes checked ({', '.join(unchecked)}); a coarse date can still "
+                 "tell people apart (a month of birth): name them with --attr to include them.", "info")
     if not p["attributes"]:
         sec.note("No attribute column is released (only ids, dates and paths): k-anonymity was not checked.", "info")
     _findings(sec, result, q)
@@ -106,6 +111,13 @@ def _findings(sec: Section, result, q: dict) -> None:
         sec.finding(f"Every combination of the released attributes is held by at least {anon.k} {anon.unit} "
                     f"(smallest group {anon.min_group_size:.0f})", "info", target="attribute sets",
                     quantity="min_group_size", value=anon.min_group_size)
+    dates = pd.DataFrame(result.params.get("date_columns", []), columns=["table", "column", "how"])
+    kept = dates[dates["how"] == "not coarsened"]
+    if len(kept):
+        cols = ", ".join(f"{t}.{c}" for t, c in zip(kept["table"], kept["column"]))
+        sec.finding(f"{count_of(len(kept), 'column')} of dates {verb(len(kept), 'was', 'were')} released at full "
+                    f"precision, since {verb(len(kept), 'its', 'their')} name is not date-like ({cols}): give "
+                    "--date-col to coarsen, or --drop-col", "medium", target="date columns")
     if int(q["n_left_out"]):
         sec.finding(f"{count_of(int(q['n_left_out']), 'image')} could not be released (unreadable or missing)",
                     "medium", target="key figures", quantity="n_left_out", value=int(q["n_left_out"]))

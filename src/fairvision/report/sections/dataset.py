@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from fairvision.audits.dataset import DatasetAudit
-from fairvision.audits.gates import describe
 from fairvision.report.document import Section
 from fairvision.report import plots
+from fairvision.report.sections.distribution import gate_findings, open_section
 from fairvision.report.findings import ci_text, count_of, group_text, imbalance_severity, num, p_text, pct, verb
 
 MAX_HEATMAPS = 6
@@ -35,15 +35,9 @@ def dataset_section(audit: DatasetAudit, *, title: str = "Who is in the dataset"
     top = max(audit.groups, key=len)
     key[f"groups in {' × '.join(top)}"] = int(len(audit.groups[top]))
     key["non-empty"] = int((audit.groups[top]["n_samples"] > 0).sum())
-    s.metrics("overview", key)
-    add_findings(s, audit)
-    for g in audit.gates:
-        s.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
-    for w in audit.warnings:
-        s.note(w, "warning")
-    if audit.n_subjects is None:
-        s.note("No subject column: each image is treated as a different person. If people appear in several "
-               "images, pass --subject-col so that confidence intervals resample people, not images.")
+    open_section(s, audit, key, add_findings, no_subject=None if audit.n_subjects is not None else (
+        "If people appear in several images, pass --subject-col so that confidence intervals resample people, "
+        "not images."))
 
     rep = audit.representation.copy()
     cols = ["k", "n_groups", "n_empty_groups", "nsd", "nsd_ci_low", "nsd_ci_high", "evenness", "effective_groups", "imbalance_ratio"]
@@ -108,9 +102,7 @@ def add_findings(s: Section, audit: DatasetAudit) -> None:
     """Findings of a dataset audit (docs/METHODS.md §9.1): failed gates, the balance of every single attribute
     (NSD with its CI, largest and smallest group), empty and too-small groups of every attribute set, and
     significant associations between attributes."""
-    for g in audit.gates:
-        if g["holds"]:
-            s.finding(f"--fail-if {describe(g)}", "high", target="overview", quantity=g.get("name"), value=g.get("value"))
+    gate_findings(s, audit.gates)
 
     unit = "subjects" if audit.subject_col else "images"
     for label, row in audit.representation[audit.representation["k"] == 1].iterrows():

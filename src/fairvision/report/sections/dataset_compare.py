@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 
 from fairvision.audits.dataset_compare import DatasetComparison
-from fairvision.audits.gates import describe
 from fairvision.report import plots
 from fairvision.report.document import Section
-from fairvision.report.findings import group_text, imbalance_severity, num, p_text, pct, test_severity
+from fairvision.report.sections.distribution import gate_findings, open_section
+from fairvision.report.findings import ci_text, group_text, imbalance_severity, num, p_text, pct, test_severity
 
 #: most panels in one row of the grouped bar plot
 PANELS_PER_ROW = 3
@@ -75,12 +75,7 @@ def dataset_compare_section(audit: DatasetComparison, *, title: str = "Datasets 
     key = {"datasets": len(audit.datasets), "attributes": len(audit.attributes)}
     for d, row in audit.sizes.iterrows():
         key[f"{d} ({audit.unit})"] = int(row[audit.unit])
-    s.metrics("overview", key)
-    add_findings(s, audit)
-    for g in audit.gates:
-        s.note(f"--fail-if {describe(g)}", "finding" if g["holds"] else "info")
-    for w in audit.warnings:
-        s.note(w, "warning")
+    open_section(s, audit, key, add_findings)
     s.table("sizes", audit.sizes, "Images (and subjects) per dataset.")
     s.table("homogeneity", audit.tests.drop(columns=["small_expected"]), "Chi-square test of homogeneity (datasets x "
             f"categories) per attribute with Cramér's V; pvalue_adjusted: {audit.correction} over the attributes.")
@@ -104,21 +99,23 @@ def dataset_compare_section(audit: DatasetComparison, *, title: str = "Datasets 
             f"points); pvalue_adjusted: {audit.correction} over every pair and attribute.", max_rows=100)
     s.table("representation_by_dataset", audit.representation, "Representation of each dataset over the union of "
             f"categories: NSD with a {audit.level:.0%} cluster-bootstrap interval (bias-corrected), evenness, "
-            "effective number of groups, empty categories.")
+            "effective number of groups, empty categories; too_small: fewer than "
+            f"{audit.min_subjects} {audit.unit} per category.", highlight="too_small")
     return s
 
 
 def add_findings(s: Section, audit: DatasetComparison) -> None:
     """Findings (docs/METHODS.md §9.1, §5.4): failed gates; per attribute whether the datasets differ (with the
     pair and category that differ most); the least balanced dataset per attribute."""
-    for g in audit.gates:
-        if g["holds"]:
-            s.finding(f"--fail-if {describe(g)}", "high", target="overview", quantity=g.get("name"), value=g.get("value"))
+    gate_findings(s, audit.gates)
     for a, row in audit.tests.iterrows():
         p = float(row["pvalue_adjusted"])
         if not np.isfinite(p):
             continue
         pw = audit.pairwise.loc[a]
+        rep = audit.representation.xs(a, level="attribute")["too_small"]
+        judged = [not (rep[x] or rep[y]) for x, y in pw.index]
+        pw = pw[judged] if any(judged) else pw  # name a difference between datasets large enough to judge
         top = pw["max_share_diff_pp"].idxmax() if pw["max_share_diff_pp"].notna().any() else None
         detail = ""
         if top is not None:
@@ -137,11 +134,19 @@ def add_findings(s: Section, audit: DatasetComparison) -> None:
             s.finding(f"The datasets do not differ significantly in {a} ({p_text(p)}, Cramér's V {num(v)}){detail}",
                       "info", target="homogeneity", quantity=f"pvalue.{a}", value=p)
     for a in audit.attributes:
-        rep = audit.representation.xs(a, level="attribute")["nsd"].dropna()
+        rep = audit.representation.xs(a, level="attribute")
+        small = [f"{d} ({int(r['n']):,} {audit.unit})" for d, r in rep.iterrows() if r["too_small"] and r["n"] > 0]
+        rep = rep.loc[~rep["too_small"].to_numpy(bool), "nsd"].dropna()  # a tiny dataset looks unbalanced by chance
+        caveat = f"; too small to judge: {', '.join(small)}" if small else ""
         if len(rep):
             d = rep.idxmax()
             r = audit.representation.loc[(d, a)]
-            s.finding(f"{a}: {d} is the least balanced dataset (NSD {num(r['nsd'])}); "
-                      + ", ".join(f"{k} {num(v)}" for k, v in rep.items() if k != d),
+            others = ", ".join(f"{k} {num(v)}" for k, v in rep.items() if k != d)
+            what = "the least balanced dataset" if others else "the only dataset large enough to judge"
+            s.finding(f"{a}: {d} is {what} (NSD {num(r['nsd'])}{ci_text(r['nsd_ci_low'], r['nsd_ci_high'])})"
+                      + (f"; {others}" if others else "") + caveat,
                       imbalance_severity(float(r["nsd"])), target="representation_by_dataset", quantity=f"nsd.{d}.{a}",
                       value=r["nsd"], ci_low=r["nsd_ci_low"], ci_high=r["nsd_ci_high"], size=r["nsd"])
+        elif small:
+            s.finding(f"{a}: every dataset is too small to judge its balance ({', '.join(small)}; fewer than "
+                      f"{audit.min_subjects} {audit.unit} per category)", "info", target="representation_by_dataset")

@@ -24,12 +24,26 @@ _AXIS = {"exposure": "exposure (EV)", "white-balance": "white balance (1000 K sh
 FLIP_MEDIUM = 0.10
 
 
-def _gates(sec: Section, conditions) -> None:
+def _open(id: str, title: str, intro: str, metrics: tuple[str, dict], conditions, notes) -> Section:
+    """A section with its key numbers, its ``--fail-if`` conditions (a held one is a high finding) and the
+    audit's notes as warnings."""
+    sec = Section(id, title, intro=intro)
+    sec.metrics(*metrics)
     for c in conditions or []:
         if c["holds"]:
-            sec.finding(f"--fail-if {describe(c)}", "high", target="stability_overall", quantity=c.get("name"),
+            sec.finding(f"--fail-if {describe(c)}", "high", target=metrics[0], quantity=c.get("name"),
                         value=c.get("value"))
         sec.note(describe(c), "finding" if c["holds"] else "info")
+    for n in notes:
+        sec.note(n, "warning")
+    return sec
+
+
+def _style(ax, *axes) -> None:
+    """Enough numeric ticks on the given axes (``ax.xaxis``, ``ax.yaxis``) and no top or right spine."""
+    for axis in axes:
+        plots.numeric_ticks(axis)
+    ax.spines[["top", "right"]].set_visible(False)
 
 
 def spread_figure(result: SkinStability):
@@ -51,28 +65,24 @@ def spread_figure(result: SkinStability):
         ax.set_yticks(y, labels if q == "sd_L" else [""] * len(y), fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel(f"median {_LABEL[q]}")
-        plots.numeric_ticks(ax.xaxis)
-        ax.spines[["top", "right"]].set_visible(False)
+        _style(ax, ax.xaxis)
     fig.tight_layout()
     return fig
 
 
 def stability_section(result: SkinStability, *, conditions=None, id: str = "skin-stability") -> Section:
     """Spread of apparent skin colour within subjects, by group (docs/METHODS.md §2.6)."""
-    sec = Section(id, "Stability of apparent skin colour within subjects",
-                  intro="How much one person's measured skin colour moves between their images: per subject the "
-                        "standard deviation and range of L*, h* (on the circle) and ITA, and whether the person's "
-                        "category changes between images. Subjects with one usable image are left out.")
     q = result.quantities()
-    sec.metrics("stability_overall", {"subjects": result.n_subjects, "images used": result.n_used,
-                                      "median SD of L*": q["median_sd_L"], "median SD of h*": q["median_sd_hue"],
-                                      "median SD of ITA": q["median_sd_ita"],
-                                      "flip light/dark": q["flip_share.skin_tone"],
-                                      "flip red/yellow": q["flip_share.skin_hue"]})
-    _gates(sec, conditions)
+    sec = _open(id, "Stability of apparent skin colour within subjects",
+                "How much one person's measured skin colour moves between their images: per subject the standard "
+                "deviation and range of L*, h* (on the circle) and ITA, and whether the person's category changes "
+                "between images. Subjects with one usable image are left out.",
+                ("stability_overall", {"subjects": result.n_subjects, "images used": result.n_used,
+                                       "median SD of L*": q["median_sd_L"], "median SD of h*": q["median_sd_hue"],
+                                       "median SD of ITA": q["median_sd_ita"],
+                                       "flip light/dark": q["flip_share.skin_tone"],
+                                       "flip red/yellow": q["flip_share.skin_hue"]}), conditions, result.notes)
     _stability_findings(sec, result)
-    for n in result.notes:
-        sec.note(n, "warning")
     small = result.spread[result.spread["too_small"].astype(bool)]
     if len(small):
         groups = sorted({f"{a} = {g}" for a, g, _ in small.index})
@@ -107,7 +117,8 @@ def _stability_findings(sec: Section, result: SkinStability) -> None:
                     ci_high=row["ci_high"], size=share)
     r = result.spread.loc[(ALL, ALL, "sd_L")]
     sec.finding(f"One subject's L* varies with a median SD of {num(q['median_sd_L'])} between images "
-                f"(CI{ci_text(r['median_ci_low'], r['median_ci_high'])}); h* {num(q['median_sd_hue'])} degrees",
+                f"(CI{ci_text(r['median_ci_low'], r['median_ci_high'])}); the median SD of h* is "
+                f"{num(q['median_sd_hue'])} degrees",
                 "info", target="spread", quantity="median_sd_L", value=q["median_sd_L"], ci_low=r["median_ci_low"],
                 ci_high=r["median_ci_high"])
     for (attr, quantity), t in result.tests[result.tests["differs"].astype(bool)].iterrows():
@@ -141,9 +152,7 @@ def sensitivity_figure(result: LightingSensitivity):
             ax.set_xlabel(_AXIS.get(edit, edit))
             if j == 0:
                 ax.set_ylabel(label)
-            plots.numeric_ticks(ax.xaxis)
-            plots.numeric_ticks(ax.yaxis)
-            ax.spines[["top", "right"]].set_visible(False)
+            _style(ax, ax.xaxis, ax.yaxis)
     axes[0][-1].legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     return fig
@@ -160,26 +169,30 @@ def contrast_figure(result: LightingSensitivity):
         ax.scatter(part["contrast"], vals, s=12, color=plots.PALETTE[0], lw=0, alpha=0.8)
         ax.set_xlabel("RMS contrast of L*/100 (whole image)")
         ax.set_ylabel(f"{label} ({est})")
-        plots.numeric_ticks(ax.xaxis)
-        plots.numeric_ticks(ax.yaxis)
-        ax.spines[["top", "right"]].set_visible(False)
+        _style(ax, ax.xaxis, ax.yaxis)
     fig.tight_layout()
     return fig
 
 
 def lighting_section(result: LightingSensitivity, *, conditions=None, id: str = "lighting") -> Section:
     """Lighting sensitivity, spread of the relit copies and RMS contrast (docs/METHODS.md §2.7)."""
-    sec = Section(id, "Sensitivity of apparent skin colour to lighting",
-                  intro="Every image was relit by global edits (exposure, white balance, gamma) and measured again "
-                        "on the skin mask of the unedited image, so the edit alone moves the measurement. Slopes are "
-                        "least squares per image, then the median over images with a bootstrap interval.")
     q = result.quantities()
     key = {"images": result.n_used, "estimators": len(result.estimators)}
     for edit in result.edits:
         key[f"max |slope L*| per {UNITS[edit]} ({edit})"] = q.get(f"max_abs_slope_L.{edit}")
-    sec.metrics("lighting_overall", key)
-    _gates(sec, conditions)
+    sec = _open(id, "Sensitivity of apparent skin colour to lighting",
+                "Every image was relit by global edits (exposure, white balance, gamma) and measured again on the "
+                "skin mask of the unedited image, so the edit alone moves the measurement. Slopes are least squares "
+                "per image, then the median over images with a bootstrap interval.",
+                ("lighting_overall", key), conditions, result.notes)
     _lighting_findings(sec, result)
+    small = result.sensitivity[result.sensitivity["too_small"].astype(bool)] if "too_small" in \
+        result.sensitivity.columns else result.sensitivity.iloc[:0]
+    if len(small):
+        cells = sorted({f"{est} {g}" for est, _, g in small.index})
+        sec.note(f"{len(cells)} skin colour cell(s) have fewer than {result.min_subjects} images, so their slopes "
+                 f"and intervals rest on too few images to read as that cell's answer: {', '.join(cells[:10])}"
+                 f"{' ...' if len(cells) > 10 else ''}", "warning")
     sec.figure("sensitivity_curves", sensitivity_figure(result),
                "Median change of L* and h* from the unedited image against each edit (band: 25th-75th percentile "
                "over images).", data=result.curves.reset_index().to_dict(orient="list"))
@@ -206,9 +219,11 @@ def _lighting_findings(sec: Section, result: LightingSensitivity) -> None:
         if group != ALL or not np.isfinite(row["slope_L"]):
             continue
         sev = "medium" if edit == "exposure" or abs(row["slope_L"]) >= 3 else "info"
+        hue = f"; h* {num(row['slope_hue'])} degrees per {UNITS[edit]} of {edit}" if np.isfinite(row["slope_hue"]) \
+            else ""
         sec.finding(f"The {est} estimator's L* moves {num(row['slope_L'])} per {UNITS[edit]} of {edit} (median over "
-                    f"{int(row['n_images'])} images,{ci_text(row['slope_L_ci_low'], row['slope_L_ci_high'])}); h* "
-                    f"{num(row['slope_hue'])} degrees", sev, target="sensitivity",
+                    f"{int(row['n_images'])} images,{ci_text(row['slope_L_ci_low'], row['slope_L_ci_high'])}){hue}",
+                    sev, target="sensitivity",
                     quantity=f"slope_L.{est}.{edit}", value=row["slope_L"], ci_low=row["slope_L_ci_low"],
                     ci_high=row["slope_L_ci_high"], size=min(1.0, abs(float(row["slope_L"])) / 20.0))
     if len(result.copies):
@@ -219,7 +234,7 @@ def _lighting_findings(sec: Section, result: LightingSensitivity) -> None:
                 sec.finding(f"Under these lighting edits {pct(share)} of images flip light/dark with the {est} "
                             f"estimator (median SD of L* across the copies {num(row['median_sd_L'])})",
                             "medium" if share >= FLIP_MEDIUM else "info", target="relit_copies",
-                            quantity="max_flip_share", value=share, size=share)
+                            quantity=f"copies_flip_share.skin_tone.{est}", value=share, size=share)
     for (est, m), row in result.correlations.iterrows():
         if np.isfinite(row["pvalue_adjusted"]) and row["pvalue_adjusted"] < result.alpha:
             sec.finding(f"Image contrast and {'L*' if m == 'L' else 'h*'} ({est}) are correlated: Spearman rho "
