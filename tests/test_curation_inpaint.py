@@ -22,19 +22,11 @@ from fairvision.io.images import read_image, write_png
 from fairvision.stats.resample import cluster_bootstrap_weights
 from fairvision.vision.inpaint import (FHIBE_NEGATIVE_PROMPT, FHIBE_PROMPT, InpaintOptions, Inpainter, box_mask,
                                        crop_box, draw_guidance, image_seed)
+from tiny_diffusers import save_tiny_pipeline  # tests/ is on sys.path
 
 HAS_DIFFUSERS = all(importlib.util.find_spec(m) is not None for m in ("diffusers", "transformers"))
 needs_diffusers = pytest.mark.skipif(not HAS_DIFFUSERS, reason="needs the diffusers extra")
 FAST = InpaintOptions(steps=2, resolution=48)
-
-
-def _tokenizer_files(folder: Path):
-    """A byte-pair vocabulary of single letters (word-final forms too), two merges and CLIP's special tokens."""
-    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    tokens = ["<|startoftext|>", "<|endoftext|>", "!"] + letters + [f"{c}</w>" for c in letters] + ["th", "the</w>"]
-    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
-    (folder / "merges.txt").write_text("#version: 0.2\nt h\nth e</w>\n")
-    return folder / "vocab.json", folder / "merges.txt"
 
 
 @pytest.fixture(scope="module")
@@ -42,31 +34,7 @@ def tiny_inpaint(tmp_path_factory):
     """A StableDiffusionInpaintPipeline (UNet of 9 input channels) with random weights, saved to a folder."""
     if not HAS_DIFFUSERS:
         pytest.skip("needs the diffusers extra")
-    import torch
-    from diffusers import (AutoencoderKL, DDIMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel)
-    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-inpaint")
-    torch.manual_seed(0)
-    unet = UNet2DConditionModel(
-        block_out_channels=(8, 16), layers_per_block=1, sample_size=16, in_channels=9, out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=16, attention_head_dim=2, norm_num_groups=4)
-    vae = AutoencoderKL(block_out_channels=(8, 16), in_channels=3, out_channels=3, latent_channels=4,
-                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
-                        norm_num_groups=4, sample_size=32)
-    text_encoder = CLIPTextModel(CLIPTextConfig(
-        bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=16, intermediate_size=24, num_attention_heads=2,
-        num_hidden_layers=2, vocab_size=64, max_position_embeddings=77, projection_dim=16))
-    vocab, merges = _tokenizer_files(folder)
-    tokenizer = CLIPTokenizer(str(vocab), str(merges), model_max_length=77)
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
-                              set_alpha_to_one=False, steps_offset=1)
-    pipe = StableDiffusionInpaintPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
-                                          scheduler=scheduler, safety_checker=None, feature_extractor=None,
-                                          image_encoder=None, requires_safety_checker=False)
-    pipe.save_pretrained(folder / "pipe")
-    return folder / "pipe"
+    return save_tiny_pipeline(tmp_path_factory.mktemp("tiny-inpaint"), "StableDiffusionInpaintPipeline")
 
 
 # ----------------------------------------------------------------------------- masks, seeds, guidance
@@ -190,6 +158,8 @@ def test_run_writes_images_and_a_correct_manifest(tiny_inpaint, tmp_path):
     from fairvision.report.sections.curation_inpaint import inpaint_section
 
     assert not [b for b in inpaint_section(res).blocks if b["type"] == "image"]  # no faces unless asked
+    notes = [b["text"] for b in inpaint_section(res).blocks if b["type"] == "note"]
+    assert "These settings depart from FHIBE's: steps 2 (FHIBE: 20)." in notes, notes
     assert len([b for b in inpaint_section(res, show_images=True).blocks if b["type"] == "image"]) == 1
     again = audit_inpainting(data.iloc[:1], {"s0": regions["s0"]}, tiny_inpaint, tmp_path / "again", options=FAST,
                              settings=AuditSettings(seed=5))
@@ -334,3 +304,117 @@ def test_reports_in_the_browser(tiny_inpaint, tmp_path):
         assert any(b["type"] == "image" for s in doc["sections"] for b in s["blocks"])  # --show-images
         doc, _, text = check_in_browser(browser, tmp_path / "chk" / "report.html", shots / "curate-inpaint-check.png")
         assert "Utility after in-painting" in text and "changed differently" in text
+
+
+# ----------------------------------------------------------------------------- review fixes
+
+
+def test_paired_statistics_in_stats_with_plain_parameters():
+    from fairvision.stats.paired import group_heterogeneity, paired_differences, signed_rank
+
+    # 4 subjects, 6 samples, one score column; cells: all, and groups x (p, q) and y (r, s)
+    before = np.array([[0.5], [0.7], [0.2], [0.9], [0.4], [0.6]])
+    after = np.array([[0.4], [0.8], [0.05], [0.6], [0.1], [0.6]])
+    subj = np.array([0, 0, 1, 1, 2, 3])
+    cells = [("all", "all", np.arange(6)), ("h", "x", np.arange(4)), ("h", "y", np.array([4, 5]))]
+    t = paired_differences(before, after, subj, cells, ["score"], n_boot=0, min_subjects=2, correction="bonferroni")
+    assert t["estimate"].tolist() == pytest.approx([-0.75 / 6, -0.45 / 4, -0.15])
+    assert t["n_subjects"].tolist() == [4, 2, 2] and t[["ci_low", "ci_high"]].isna().all().all()  # no replicates
+    # subject means: 0 (p), -0.225 (q), -0.3 (r), 0 (s); the zeros are dropped
+    assert t.loc[0, "pvalue"] == pytest.approx(stats.wilcoxon([-0.225, -0.3]).pvalue)
+    assert t.loc[1, "pvalue"] == pytest.approx(stats.wilcoxon([-0.225]).pvalue)
+    assert t["pvalue_adjusted"].tolist() == pytest.approx(np.minimum(1, 3 * t["pvalue"]).tolist())
+    res = signed_rank(np.array([0.1, -0.1, 0.3, 0.0]), np.array([0, 0, 1, 2]))
+    assert (res.statistic, res.pvalue, res.n, res.n_nonzero) == (0.0, pytest.approx(stats.wilcoxon([0.3]).pvalue),
+                                                               3, 1)
+    assert signed_rank(np.zeros(3), np.arange(3)).pvalue == 1.0
+    het = group_heterogeneity(after - before, subj, cells, ["score"], min_subjects=2)
+    ref = stats.kruskal([0.0, -0.225], [-0.3, 0.0])
+    assert het.loc[0, "statistic"] == pytest.approx(ref.statistic) and het.loc[0, "pvalue"] == pytest.approx(ref.pvalue)
+    assert group_heterogeneity(after - before, subj, cells, ["score"], min_subjects=3)["n_groups"].tolist() == [0]
+
+
+@needs_diffusers
+def test_a_region_outside_the_image_is_a_failure_not_an_in_painted_image(tiny_inpaint, tmp_path):
+    data = _photos(tmp_path, n=2)
+    regions = {"s0": {"boxes": [[100, 100, 120, 130]], "masks": []}, "s1": {"boxes": [[0, 0, 8, 8]], "masks": []}}
+    res = audit_inpainting(data, regions, tiny_inpaint, tmp_path / "out", options=FAST)
+    man = res.manifest.set_index("sample_id")
+    assert man.loc["s0", "status"] == "failed" and man.loc["s0", "reason"].startswith("empty region")
+    assert "48x40" in man.loc["s0", "reason"] and man.loc["s1", "status"] == "inpainted"
+    assert res.coverage.reasons["n"].to_dict() == {"empty region": 1}
+
+
+def test_a_missing_attribute_column_fails_before_any_image_is_written(tmp_path):
+    data = _photos(tmp_path, n=2)
+    with pytest.raises(ColumnError, match="samples: .*'nope'"):
+        audit_inpainting(data, {"s0": {"boxes": [[0, 0, 4, 4]], "masks": []}}, tmp_path / "no-weights",
+                         tmp_path / "out", attributes=["nope"])
+    assert not (tmp_path / "out").exists()
+    _, before, after = _scores(n_subjects=12, seed=3)
+    with pytest.raises(ColumnError, match=r"^before\.csv: .*'g'"):
+        audit_inpaint_utility(before, after, attributes=["g"], sources=("before.csv", "after.csv"))
+
+
+def test_guidance_range_errors_name_the_option(tmp_path, capsys):
+    (tmp_path / "reg.csv").write_text("sample_id,x0,y0,x1,y1\ns0,0,0,4,4\n")
+    for flags, want in ((["--guidance-min", "0"], "--guidance-min must be a number above 0"),
+                        (["--guidance-max", "inf"], "--guidance-max must be a finite number")):
+        rc = main(["curate", "inpaint", str(tmp_path), "--weights", str(tmp_path), "--regions",
+                   str(tmp_path / "reg.csv"), "-o", str(tmp_path / "r"), *flags])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and want in err, err
+
+
+def test_samples_in_neither_score_table_are_counted_as_such():
+    data, before, after = _scores(n_subjects=20, seed=3)
+    res = audit_inpaint_utility(before.iloc[2:], after.iloc[1:], data=data, settings=AuditSettings(n_boot=20))
+    # s0 is in neither table, s1 only in after
+    assert res.coverage.reasons["n"].to_dict() == {"no score before or after in-painting": 1,
+                                                   "no score before in-painting": 1}
+    assert res.subject_col == "subject_id"
+    assert audit_inpaint_utility(before, after, settings=AuditSettings(n_boot=20)).subject_col is None
+
+
+def test_findings_say_what_did_not_change():
+    from fairvision.report.sections.curation_inpaint import _histograms, utility_section
+
+    data, before, after = _scores(n_subjects=60, seed=1)
+    after["iou"] = before["iou"]  # unchanged on every sample
+    after["recall"] -= 0.1  # the same loss in both groups: no heterogeneity
+    res = audit_inpaint_utility(before, after, data=data, attributes=["g"], settings=AuditSettings(n_boot=50))
+    sec = utility_section(res)
+    sentences = [f.sentence for f in sec.findings]
+    assert "In-painting left iou unchanged on every one of the 120 samples" in sentences, sentences
+    assert any(s.startswith("For g = a") and "did not change significantly differently" in s for s in sentences)
+    assert not any("subject column" in b.get("text", "") for b in sec.blocks if b["type"] == "note")
+    sec = utility_section(audit_inpaint_utility(before, after, settings=AuditSettings(n_boot=20)))
+    assert any("No subject column" in b.get("text", "") for b in sec.blocks if b["type"] == "note")
+    fig = _histograms(pd.DataFrame({"masked_fraction": [0.1, 0.1], "guidance": [14.0, 14.0]}))
+    assert fig.axes[0].get_xlim()[0] >= 0 and fig.axes[1].get_xlim()[0] > 13  # one value: no share below 0
+
+
+def test_an_empty_score_leaves_its_column_and_is_counted():
+    before = pd.DataFrame({"sample_id": list("abcd"), "x": [0.1, None, 0.3, 0.4], "y": [1.0, 2.0, 3.0, 4.0]})
+    after = pd.DataFrame({"sample_id": list("abcd"), "x": [0.2, 0.2, 0.3, 0.1], "y": [1.0, 2.0, None, 3.0]})
+    res = audit_inpaint_utility(before, after, settings=AuditSettings(n_boot=20, min_subjects=2))
+    t = res.table.set_index("metric")
+    assert t.loc["x", "n"] == 3 and t.loc["x", "estimate"] == pytest.approx((0.1 + 0.0 - 0.3) / 3)
+    assert t.loc["y", "n"] == 3 and t.loc["y", "estimate"] == pytest.approx(-1 / 3)
+    assert res.coverage.reasons["n"].to_dict() == {"no x score before in-painting": 1,
+                                                   "no y score after in-painting": 1}
+
+
+def test_an_image_without_a_path_fails_as_unreadable_not_as_a_pipeline_error(tmp_path):
+    weights = tmp_path / "pipe"  # the layout check_pipeline_folder reads; no image reaches a model here
+    for part in ("unet", "vae", "text_encoder", "tokenizer", "scheduler"):
+        (weights / part).mkdir(parents=True)
+    (weights / "model_index.json").write_text(json.dumps({p: ["x", "y"] for p in ("unet", "vae", "text_encoder",
+                                                                                   "tokenizer", "scheduler")}))
+    data = _photos(tmp_path, n=2)
+    data.loc[0, "image_path"] = None
+    res = audit_inpainting(data, {"s0": {"boxes": [[0, 0, 4, 4]], "masks": []}}, weights, tmp_path / "out")
+    man = res.manifest.set_index("sample_id")
+    assert man.loc["s0", "status"] == "failed" and man.loc["s0", "reason"] == "unreadable image: no image path"
+    assert man.loc["s0", "n_regions"] == 1 and man.loc["s1", "status"] == "copied"
+    assert res.coverage.reasons["n"].to_dict() == {"unreadable image": 1}

@@ -61,6 +61,12 @@ EXAMPLES = {
     "paired_difference_test": lambda: S.paired_difference_test(0.3, 0.1, _X[:30] * 0.1 + 0.3, _X[30:] * 0.1 + 0.1),
     "paired_od_tests": lambda: S.paired_od_tests(
         np.tile(["u", "v"], 30), {"m1": np.tile(["u", "v", "u"], 20), "m2": np.tile(["u", "v"], 30)}, _G, n_boot=50),
+    "signed_rank": lambda: S.signed_rank(_X[:30], np.repeat(np.arange(15), 2)),
+    "paired_differences": lambda: S.paired_differences(_X[:30, None], _X[30:, None], np.repeat(np.arange(15), 2),
+                                                       [("all", "all", np.arange(30))], ["m"], n_boot=50),
+    "group_heterogeneity": lambda: S.group_heterogeneity(_X[:, None], np.repeat(np.arange(30), 2),
+                                                         [("g", "a", np.arange(30)), ("g", "b", np.arange(30, 60))],
+                                                         ["m"], min_subjects=5),
     "position_bias": lambda: S.position_bias(_X > 0),
     "rank_correlation": lambda: S.rank_correlation(_X[:30], _X[30:]),
     "compare_elo_groups": lambda: S.compare_elo_groups(pd.Series(_X, index=[f"i{i}" for i in range(60)]),

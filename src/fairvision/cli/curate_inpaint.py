@@ -51,8 +51,12 @@ def curate_inpaint_cmd(
         check_outdir(images_out)
     if regions is None and masks is None:
         raise FairvisionError("give the regions to in-paint: --regions TABLE and/or --masks FOLDER")
-    if guidance_max < guidance_min:
+    if not 0 < guidance_min < float("inf"):
+        raise FairvisionError(f"--guidance-min must be a number above 0, not {guidance_min:g}")
+    if not guidance_max >= guidance_min:
         raise FairvisionError(f"--guidance-max ({guidance_max:g}) is below --guidance-min ({guidance_min:g})")
+    if not guidance_max < float("inf"):
+        raise FairvisionError(f"--guidance-max must be a finite number, not {guidance_max:g}")
     if scheduler not in ("ddim", "pipeline"):
         raise FairvisionError(f"--scheduler must be ddim or pipeline, not {scheduler!r}")
     if context not in ("crop", "whole"):

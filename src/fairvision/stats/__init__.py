@@ -83,6 +83,8 @@ _EXPORTS = {
     "flip_shares": "spread", "rank_correlation": "spread", "RankCorrelation": "spread",
     "elo_orders": "rating", "expected_score": "rating", "win_rates": "rating", "group_elo": "rating",
     "GroupElo": "rating", "position_bias": "rating", "PositionBias": "rating",
+    "paired_differences": "paired", "signed_rank": "paired", "group_heterogeneity": "paired",
+    "SignedRankResult": "paired",
     "k_anonymity": "anonymity", "suppression_mask": "anonymity", "AnonymityResult": "anonymity",
     "random_reference": "ranking",
     "RankingFairness": "ranking",

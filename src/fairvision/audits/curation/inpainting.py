@@ -7,13 +7,14 @@ settings (:mod:`fairvision.vision.inpaint`), one pipeline per worker of :func:`f
 each in-painted image as a PNG into an output folder (an image without regions is copied unchanged) and a
 manifest with one row per image: ``sample_id``, ``n_regions``, ``masked_fraction``, ``guidance``, ``seed``,
 ``output_path``, ``status`` (``inpainted``, ``copied`` or ``failed``) and ``reason``. Failures (an unreadable
-image, a mask of another size, a pipeline error) are rows of the manifest, counted by
-:func:`fairvision.audits.coverage.audit_coverage`.
+image, a mask of another size, a region with no pixel in the image, a pipeline error) are rows of the manifest,
+counted by :func:`fairvision.audits.coverage.audit_coverage`.
 
 :func:`audit_inpaint_utility` compares a task's per-sample scores before and after in-painting (two tables as
 ``audit model`` reads them): per score column, overall and per group, the mean paired difference (after - before)
 with a subject-bootstrap interval and a Wilcoxon signed-rank test on the subjects' mean differences, corrected
-across columns and groups. Samples scored in only one table are counted by ``audit_coverage``.
+across columns and groups (the numerics: :mod:`fairvision.stats.paired`). Samples scored in only one table are
+counted by ``audit_coverage``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from fairvision.audits.coverage import Coverage, audit_coverage
 from fairvision.audits.settings import DEFAULT_SETTINGS, AuditSettings, SettingsView
@@ -41,9 +41,7 @@ from fairvision.io.scores import score_columns
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
 from fairvision.io.validate import check_unique_ids, finite_values, require_columns
 from fairvision.schema import Schema
-from fairvision.stats.corrections import adjust_pvalues
-from fairvision.stats.groupwise import kruskal_test
-from fairvision.stats.resample import cluster_bootstrap_weights, group_mean_replicates, percentile_ci
+from fairvision.stats.paired import group_heterogeneity, paired_differences
 from fairvision.vision.inpaint import InpaintOptions, Inpainter, check_pipeline_folder, image_seed, region_mask, \
     torch_threads
 
@@ -51,8 +49,6 @@ MANIFEST_COLUMNS = [SAMPLE_ID, IMAGE_PATH, "n_regions", "masked_fraction", "guid
                     "reason", "seconds"]
 BOX_COLUMNS = ("x0", "y0", "x1", "y1")
 MASK_COLUMNS = ("mask_path", "mask")
-#: bootstrap weights drawn per matrix product: bounds memory to about this many floats
-_BOOT_CELLS = 5_000_000
 
 
 # ----------------------------------------------------------------------------- regions
@@ -136,6 +132,10 @@ def _inpaint_one(item: dict) -> dict:
             mask = region_mask(img.shape[:2], item["boxes"], item["masks"])
         except FairvisionError as exc:
             rec.update(status="failed", reason=f"bad mask: {exc}")
+            return rec
+        if not mask.any():  # a box wholly outside the image or a blank mask: nothing would be removed
+            rec.update(status="failed", reason=f"empty region: no pixel of the {img.shape[1]}x{img.shape[0]} image "
+                                                "is inside its boxes or masks")
             return rec
         out, guidance = _WORKER["inpainter"].inpaint(img, mask, item["seed"])
         atomic_write_bytes(item["output_path"], encode_png(out))
@@ -224,6 +224,7 @@ def audit_inpainting(
     options = options or InpaintOptions()
     run_seed = settings.integer_seed("each image's in-painting seed is derived from it")
     require_columns(data, (SAMPLE_ID, IMAGE_PATH), source=source)
+    memberships(data, attributes, schema, source=source)  # a missing attribute column: an error before any work
     check_unique_ids(data, SAMPLE_ID, source)
     weights = check_pipeline_folder(weights)
     ids = data[SAMPLE_ID].astype(str).tolist()
@@ -245,7 +246,11 @@ def audit_inpainting(
                 masks.append(hit)
         n_reg = len(reg["boxes"]) + len(masks)
         seed = image_seed(run_seed, sid)
-        if n_reg:
+        if n_reg and path is None:  # nothing to read: a failure of its own, not a pipeline error in a worker
+            records[sid] = {SAMPLE_ID: sid, IMAGE_PATH: None, "n_regions": n_reg, "masked_fraction": np.nan,
+                            "guidance": np.nan, "seed": seed, "output_path": None, "status": "failed",
+                            "reason": "unreadable image: no image path", "seconds": 0.0}
+        elif n_reg:
             todo.append({SAMPLE_ID: sid, IMAGE_PATH: path, "boxes": reg["boxes"], "masks": masks, "n_regions": n_reg,
                          "seed": seed, "output_path": str(outdir / _output_name(sid))})
         else:
@@ -332,6 +337,8 @@ class UtilityResult(SettingsView):
     attributes: list[str]
     settings: AuditSettings = DEFAULT_SETTINGS
     heterogeneity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the subject column used (None: every sample was its own subject)
+    subject_col: str | None = None
 
     def to_frame(self) -> pd.DataFrame:
         return self.table
@@ -404,12 +411,13 @@ def audit_inpaint_utility(
         require_columns(df, metrics, source=src, what="score column")
     b_ids, a_ids = before[SAMPLE_ID].astype(str), after[SAMPLE_ID].astype(str)
     meta = _sample_meta(data, before, after, b_ids, a_ids, [c for c in skip if c], sources)
+    memberships(meta, attributes, schema, source="samples" if data is not None else sources[0])
     ids = meta[SAMPLE_ID].astype(str)
     in_b, in_a = _member(ids, b_ids), _member(ids, a_ids)
-    reasons = np.where(in_b & in_a, "", np.where(in_b, "no score after in-painting", "no score before in-painting"))
-    cov = _coverage(meta, in_b & in_a, attributes, schema, "pairing of scores", settings, reasons.astype(object),
-                    "samples")
-    paired = meta.loc[in_b & in_a].reset_index(drop=True)
+    reasons = np.select([in_b & in_a, in_b, in_a], ["", "no score after in-painting", "no score before in-painting"],
+                        "no score before or after in-painting").astype(object)
+    both = in_b & in_a
+    paired = meta.loc[both].reset_index(drop=True)
     if not len(paired):
         raise FairvisionError(f"{sources[0]} and {sources[1]}: no sample_id is in both tables")
     pid = paired[SAMPLE_ID].astype(str)
@@ -417,18 +425,33 @@ def audit_inpaint_utility(
     av = after.assign(**{SAMPLE_ID: a_ids}).set_index(SAMPLE_ID).loc[pid]
     vb = np.column_stack([finite_values(bv.reset_index(), m, source=sources[0], what="score") for m in metrics])
     va = np.column_stack([finite_values(av.reset_index(), m, source=sources[1], what="score") for m in metrics])
+    # an empty cell is "not scored": that sample leaves that column, and the coverage counts it (first such column)
+    gap_b, gap_a = np.isnan(vb), np.isnan(va)
+    gap = gap_b | gap_a
+    rows = np.flatnonzero(gap.any(axis=1))
+    if rows.size:
+        first = gap[rows].argmax(axis=1)
+        labels = np.array([f"no {m} score {w} in-painting" for m in metrics for w in ("before", "after")], dtype=object)
+        reasons[np.flatnonzero(both)[rows]] = labels[2 * first + gap_a[rows, first]]
+    ok = both.copy()
+    ok[np.flatnonzero(both)[rows]] = False
+    cov = _coverage(meta, ok, attributes, schema, "pairing of scores", settings, reasons, "samples")
     subj_col = subject_col if subject_col is not None and subject_col in paired.columns else None
-    subj = subject_codes(paired, subj_col, source=sources[0], rows_as_subjects=True)
+    subj = subject_codes(paired, subj_col, source="samples" if data is not None else sources[0],
+                         rows_as_subjects=True)
     cells = _cells(paired, attributes, schema)
-    table = paired_differences(vb, va, subj, cells, metrics, settings)
+    table = paired_differences(vb, va, subj, cells, metrics, n_boot=settings.n_boot, level=settings.level,
+                               seed=settings.seed, correction=settings.correction, alpha=settings.alpha,
+                               min_subjects=settings.min_subjects)
     diffs = pd.DataFrame({SAMPLE_ID: np.tile(pid.to_numpy(), len(metrics)), "metric": np.repeat(metrics, len(pid)),
                           "before": vb.T.ravel(), "after": va.T.ravel()})
     diffs["difference"] = diffs["after"] - diffs["before"]
     for a in attributes:
         diffs[a] = np.tile(paired[a].to_numpy(), len(metrics))
-    het = group_heterogeneity(va - vb, subj, cells, metrics, settings)
+    het = group_heterogeneity(va - vb, subj, cells, metrics, correction=settings.correction, alpha=settings.alpha,
+                              min_subjects=settings.min_subjects)
     return UtilityResult(table, diffs.dropna(subset=["difference"]).reset_index(drop=True), cov, metrics, attributes,
-                         settings, het)
+                         settings, het, subj_col)
 
 
 def _sample_meta(data, before, after, b_ids, a_ids, cols, sources) -> pd.DataFrame:
@@ -465,119 +488,3 @@ def _cells(data: pd.DataFrame, attributes: Sequence[str], schema: Schema | None)
         for g, cat in enumerate(m.categories):
             cells.append((m.name, str(cat), m.rows[order[bounds[g]:bounds[g + 1]]]))
     return cells
-
-
-def paired_differences(before: np.ndarray, after: np.ndarray, subjects: np.ndarray,
-                       cells: list[tuple[str, str, np.ndarray]], metrics: Sequence[str],
-                       settings: AuditSettings = DEFAULT_SETTINGS) -> pd.DataFrame:
-    """Mean paired difference after - before per score column and cell, with a subject-bootstrap interval and a
-    Wilcoxon signed-rank test of the subjects' mean differences (docs/METHODS.md §13.11).
-
-    Parameters
-    ----------
-    before, after : numpy.ndarray, shape (n, k)
-        Scores of ``n`` samples on ``k`` columns; NaN: not scored (left out of that column).
-    subjects : int array (n,)
-        Subject code ``0 .. n_subjects-1`` of each sample.
-    cells : list of (attribute, group, rows)
-        The samples of each group (rows may repeat across cells).
-    metrics : sequence of str
-        Names of the ``k`` columns.
-    settings : AuditSettings
-        ``n_boot``, ``level``, ``seed``, ``correction``, ``alpha``, ``min_subjects``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        See :class:`UtilityResult`. All columns and cells share the same bootstrap draws of subjects; the mean
-        weights every sample equally. Cells with fewer than ``min_subjects`` subjects get an interval but no test.
-    """
-    d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
-    n, k = d.shape
-    subjects = np.asarray(subjects, dtype=np.int64)
-    n_subj = int(subjects.max()) + 1 if n else 0
-    rows = np.concatenate([c[2] for c in cells]).astype(np.int64)
-    cell_of = np.repeat(np.arange(len(cells)), [len(c[2]) for c in cells])
-    n_cells = len(cells)
-    groups = (np.arange(k)[:, None] * n_cells + cell_of[None, :]).ravel()
-    values = d[rows].T.ravel()
-    clusters = np.tile(subjects[rows], k)
-    reps = np.full((settings.n_boot, k * n_cells), np.nan)
-    if settings.n_boot and n_subj:
-        rng = np.random.default_rng(settings.seed)
-        step = max(1, min(settings.n_boot, _BOOT_CELLS // max(1, n_subj)))
-        for start in range(0, settings.n_boot, step):
-            w = cluster_bootstrap_weights(n_subj, min(step, settings.n_boot - start), rng)
-            reps[start:start + len(w)] = group_mean_replicates(values, groups, clusters, w, n_groups=k * n_cells)
-    lo, hi = percentile_ci(reps, settings.level) if settings.n_boot else (np.full(k * n_cells, np.nan),) * 2
-    out = []
-    for j, metric in enumerate(metrics):
-        for c, (attr, group, r) in enumerate(cells):
-            dj, bj, aj, sj = d[r, j], before[r, j], after[r, j], subjects[r]
-            ok = ~np.isnan(dj)
-            dj, bj, aj, sj = dj[ok], bj[ok], aj[ok], sj[ok]
-            n_s = int(np.unique(sj).size)
-            row = {"metric": metric, "attribute": attr, "group": group, "n": int(dj.size), "n_subjects": n_s,
-                   "mean_before": bj.mean() if dj.size else np.nan, "mean_after": aj.mean() if dj.size else np.nan,
-                   "estimate": dj.mean() if dj.size else np.nan, "ci_low": lo[j * n_cells + c],
-                   "ci_high": hi[j * n_cells + c], "level": settings.level, "statistic": np.nan, "pvalue": np.nan,
-                   "tested": n_s >= settings.min_subjects}
-            if row["tested"]:
-                row["statistic"], row["pvalue"] = signed_rank(dj, sj)
-            out.append(row)
-    table = pd.DataFrame(out)
-    table["pvalue_adjusted"] = adjust_pvalues(table["pvalue"].to_numpy(), settings.correction)
-    table["significant"] = (table["pvalue_adjusted"] < settings.alpha).fillna(False).astype(bool)
-    return table
-
-
-def _subject_means(differences: np.ndarray, subjects: np.ndarray) -> np.ndarray:
-    """Each subject's mean difference (NaN left out), rounded to 12 decimals (see :func:`signed_rank`)."""
-    ok = ~np.isnan(differences)
-    _, inv = np.unique(subjects[ok], return_inverse=True)
-    return np.round(np.bincount(inv, weights=differences[ok]) / np.bincount(inv), 12)
-
-
-def group_heterogeneity(differences: np.ndarray, subjects: np.ndarray, cells: list[tuple[str, str, np.ndarray]],
-                        metrics: Sequence[str], settings: AuditSettings = DEFAULT_SETTINGS) -> pd.DataFrame:
-    """Per score column and attribute, a Kruskal-Wallis test (:func:`fairvision.stats.groupwise.kruskal_test`)
-    of whether the subjects' mean differences differ between the attribute's groups with at least
-    ``min_subjects`` subjects, corrected across columns and attributes (docs/METHODS.md §13.11). No spread at
-    all (every subject's difference the same) gives statistic 0 and p = 1; fewer than two tested groups, no test.
-    """
-    rows = []
-    attrs = list(dict.fromkeys(a for a, _, _ in cells if a != "all"))
-    for j, metric in enumerate(metrics):
-        for attr in attrs:
-            vals, labs = [], []
-            for a, g, r in cells:
-                if a != attr:
-                    continue
-                per = _subject_means(differences[r, j], subjects[r])
-                if per.size >= settings.min_subjects:
-                    vals.append(per)
-                    labs.append(np.full(per.size, g, dtype=object))
-            row = {"metric": metric, "attribute": attr, "n_groups": len(vals), "statistic": np.nan, "pvalue": np.nan}
-            if len(vals) >= 2:
-                v = np.concatenate(vals)
-                res = kruskal_test(v, np.concatenate(labs)) if np.ptp(v) > 0 else None
-                row["statistic"], row["pvalue"] = (res.statistic, res.pvalue) if res is not None else (0.0, 1.0)
-            rows.append(row)
-    het = pd.DataFrame(rows, columns=["metric", "attribute", "n_groups", "statistic", "pvalue"])
-    het["pvalue_adjusted"] = adjust_pvalues(het["pvalue"].to_numpy(dtype=float), settings.correction)
-    het["differs"] = (het["pvalue_adjusted"] < settings.alpha).fillna(False).astype(bool)
-    return het
-
-
-def signed_rank(differences: np.ndarray, subjects: np.ndarray) -> tuple[float, float]:
-    """Two-sided Wilcoxon signed-rank test (scipy, zeros dropped) of the subjects' mean differences
-    (docs/METHODS.md §13.11): one value per subject, so that several images of a person count once. The means
-    are rounded to 12 decimals first, so floating-point noise neither breaks a tie (0.8 - 0.7 and 0.4 - 0.5 are
-    the same distance from 0) nor turns an unchanged score into a change. No non-zero difference gives
-    statistic 0 and p = 1."""
-    per = _subject_means(np.asarray(differences, dtype=float), np.asarray(subjects))
-    per = per[per != 0]
-    if not per.size:
-        return 0.0, 1.0
-    res = sps.wilcoxon(per)
-    return float(res.statistic), float(res.pvalue)

@@ -19,6 +19,7 @@ from fairvision.audits.gates import describe  # noqa: E402
 from fairvision.io.images import downscale, encode_png, read_image  # noqa: E402
 from fairvision.report import Section, plots  # noqa: E402
 from fairvision.report.findings import GAP_LARGE, ci_text, count_of, group_text, num, p_text, pct  # noqa: E402
+from fairvision.vision.inpaint import InpaintOptions  # noqa: E402
 
 #: at most this many before/after pairs are shown with --show-images
 MAX_SHOWN = 6
@@ -41,6 +42,16 @@ def inpaint_section(result, *, show_images: bool = False, conditions: list[dict]
         "pixels on the longer side. Pixels outside the grown regions are the original's, exactly. "
         f"Each image's seed comes from the run seed ({p['run_seed']}) and its sample id, so a rerun gives the same "
         "images. Images without a region are copied unchanged (docs/METHODS.md §13.11)."))
+    fhibe = InpaintOptions()
+    departs = [f"{name} {p[key]!r} (FHIBE: {getattr(fhibe, key)!r})" if isinstance(p[key], str) else
+               f"{name} {p[key]} (FHIBE: {getattr(fhibe, key)})"
+               for key, name in (("prompt", "prompt"), ("negative_prompt", "negative prompt"), ("steps", "steps"),
+                                 ("scheduler", "scheduler"))
+               if p[key] != getattr(fhibe, key)]
+    if tuple(g) != fhibe.guidance:
+        departs.append(f"guidance {g[0]:g} to {g[1]:g} (FHIBE: {fhibe.guidance[0]:g} to {fhibe.guidance[1]:g})")
+    if departs:
+        sec.note(f"These settings depart from FHIBE's: {'; '.join(departs)}.", "warning")
     c = result.counts()
     q = result.quantities()
     sec.metrics("key figures", {"images": c["images"], "in-painted": c["inpainted"], "copied unchanged": c["copied"],
@@ -49,8 +60,9 @@ def inpaint_section(result, *, show_images: bool = False, conditions: list[dict]
         sec.note(describe(cond), "finding" if cond["holds"] else "info")
     man = result.manifest
     shown = man.assign(image=[Path(str(x)).name if isinstance(x, str) else "" for x in man["image_path"]],
-                       output=[Path(str(x)).name if isinstance(x, str) else "" for x in man["output_path"]])
-    cols = ["sample_id", "image", "n_regions", "masked_fraction", "guidance", "seed", "output", "status", "reason"]
+                       output=[Path(str(x)).name if isinstance(x, str) else "" for x in man["output_path"]],
+                       seed=man["seed"].astype(str))  # an identifier, not a quantity: no thousands separators
+    cols = ["sample_id", "image", "status", "n_regions", "masked_fraction", "guidance", "output", "reason", "seed"]
     bad = shown[shown["status"] == "failed"]
     if len(bad):
         sec.table("failed", bad[["sample_id", "image", "reason"]], "Images that could not be in-painted (left out).",
@@ -74,7 +86,12 @@ def inpaint_section(result, *, show_images: bool = False, conditions: list[dict]
 def _histograms(done: pd.DataFrame):
     fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
     for ax, col, label in zip(axes, ("masked_fraction", "guidance"), ("share of pixels in-painted", "guidance scale")):
-        ax.hist(done[col].astype(float), bins=min(20, max(3, len(done))), color=plots.PALETTE[0])
+        v = done[col].astype(float).to_numpy()
+        lo, hi = (0.0, max(float(v.max()), 1e-9)) if col == "masked_fraction" else (float(v.min()), float(v.max()))
+        if hi - lo <= 0:  # one value: a bar about it, not numpy's default range of +-0.5 (a share below 0)
+            lo, hi = lo - 0.5, hi + 0.5
+        ax.hist(v, bins=min(20, max(3, len(done))), range=(lo, hi), color=plots.PALETTE[0])
+        ax.set_xlim(lo, hi)
         ax.set_xlabel(label)
         ax.set_ylabel("images")
         plots.numeric_ticks(ax.xaxis)
@@ -116,9 +133,12 @@ def utility_section(result, *, conditions: list[dict] | None = None,
     q = result.quantities()
     sec.metrics("key figures", {"samples compared": int(t.loc[t["attribute"] == "all", "n"].max()),
                                 "score columns": len(result.metrics), "significant changes": int(q["n_significant"]),
-                                "largest mean loss": q["largest_loss"]})
+                                "largest mean decrease": q["largest_loss"]})
     for cond in conditions or []:
         sec.note(describe(cond), "finding" if cond["holds"] else "info")
+    if result.subject_col is None:
+        sec.note("No subject column: every sample counts as its own subject, so several photos of one person are "
+                 "treated as independent (give --subject-col or a sample table with subject_id).", "warning")
     small = t[~t["tested"]]
     if len(small):
         names = sorted({group_text(a, g) for a, g in zip(small["attribute"], small["group"])})
@@ -180,7 +200,12 @@ def _num3(v: float) -> str:
 
 def _utility_findings(sec: Section, result) -> None:
     t = result.table
+    same = result.differences.groupby("metric")["difference"].apply(lambda d: bool((d == 0).all()))
     for r in t[t["attribute"] == "all"].itertuples(index=False):
+        if same.get(r.metric, False):
+            sec.finding(f"In-painting left {r.metric} unchanged on every one of the {r.n:,} samples", "info",
+                        target="utility", quantity=f"{r.metric}.difference", value=0.0)
+            continue
         verdict = "significant" if r.significant else "not significant"
         rel = abs(r.estimate) / abs(r.mean_before) if r.mean_before else None
         sev = "info" if not r.significant else ("high" if rel is not None and rel >= GAP_LARGE else "medium")
@@ -192,10 +217,15 @@ def _utility_findings(sec: Section, result) -> None:
     for r in groups[groups["significant"]].itertuples(index=False):
         rel = abs(r.estimate) / abs(r.mean_before) if r.mean_before else None
         het = result.heterogeneity
-        differs = het[(het["metric"] == r.metric) & (het["attribute"] == r.attribute) & het["differs"]] \
-            if len(het) else het
-        where = f" and the groups of {r.attribute} changed differently (Kruskal-Wallis, " \
-            f"{p_text(differs['pvalue_adjusted'].iloc[0])})" if len(differs) else ""
+        this = het[(het["metric"] == r.metric) & (het["attribute"] == r.attribute)] if len(het) else het
+        if len(this) and this["differs"].iloc[0]:
+            where = f" and the groups of {r.attribute} changed differently (Kruskal-Wallis, " \
+                f"{p_text(this['pvalue_adjusted'].iloc[0])})"
+        elif len(this) and this["pvalue_adjusted"].iloc[0] == this["pvalue_adjusted"].iloc[0]:
+            where = f"; the groups of {r.attribute} did not change significantly differently (Kruskal-Wallis, " \
+                f"{p_text(this['pvalue_adjusted'].iloc[0])})"
+        else:
+            where = ""
         sec.finding(f"For {group_text(r.attribute, r.group)}, in-painting changed {r.metric} by {num(r.estimate, 3)}"
                     f"{ci_text(r.ci_low, r.ci_high, _num3)}; {p_text(r.pvalue_adjusted)}{where}",
                     "high" if rel is not None and rel >= GAP_LARGE else "medium", target="utility",
