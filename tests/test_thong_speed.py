@@ -93,35 +93,18 @@ def test_two_step_draw_matches_cell_by_cell_draws_on_a_wide_histogram():
 def _plain_weighted_lloyd(X, w, C, tol):
     """Weighted Lloyd's algorithm written plainly: all distances and three bincounts every iteration."""
     X = np.asarray(X, dtype=np.float64)
-    C = np.array(C, dtype=np.float64)
-    k, d = C.shape
     thresh = 0.0
     if tol > 0:
         W = w.sum()
         mean = (X @ w) / W
         thresh = tol * float((((X - mean[:, None]) ** 2) @ w).mean() / W)
-    X1 = np.vstack([X, np.ones((1, X.shape[1]))])
+    return _plain_lloyd(X, X * w, w, C, thresh)
 
-    def nearest(C):
-        Wm = np.empty((k, d + 1))
-        Wm[:, :d] = -2.0 * C
-        Wm[:, d] = (C * C).sum(axis=1)
-        return argmin_rows(Wm @ X1)
 
-    labels = None
-    for it in range(1, 301):
-        new = nearest(C)
-        if labels is not None and np.array_equal(new, labels):
-            break
-        labels = new
-        cnt = np.bincount(labels, weights=w, minlength=k)
-        old = C.copy()
-        for j in range(d):
-            np.divide(np.bincount(labels, weights=X[j] * w, minlength=k), cnt, out=C[:, j], where=cnt > 0)
-        if np.vdot(C - old, C - old) <= thresh:
-            labels = nearest(C)
-            break
-    return labels, C, it
+def _plain_exact_lloyd(X, S, w, C):
+    """Lloyd's algorithm written plainly with exact centres (sum of S) / (sum of w) over each cluster: every
+    distance every iteration (the product ``kmeans_lloyd`` takes), every sum from scratch."""
+    return _plain_lloyd(X, S, w, C, 0.0)
 
 
 @pytest.mark.parametrize("tol", [0.0, 1e-4])
@@ -139,9 +122,9 @@ def test_weighted_lloyd_is_bit_identical_to_plain_iterations(tol):
         assert it == ref_it and np.array_equal(labels, ref_labels) and np.array_equal(C, ref_C), trial
 
 
-def _plain_exact_lloyd(X, S, w, C):
-    """Lloyd's algorithm written plainly with exact centres (sum of S) / (sum of w) over each cluster: every
-    distance every iteration (the product ``kmeans_lloyd`` takes), every sum from scratch."""
+def _plain_lloyd(X, S, w, C, thresh):
+    """The loop both plain references share: centres (sum of S) / (sum of w), stop when the labels repeat or the
+    centres move by at most ``thresh`` (squared)."""
     C = np.array(C, dtype=np.float64)
     k, d = C.shape
     X1 = np.vstack([X, np.ones((1, X.shape[1]))])
@@ -162,7 +145,7 @@ def _plain_exact_lloyd(X, S, w, C):
         old = C.copy()
         for j in range(d):
             np.divide(np.bincount(labels, weights=S[j], minlength=k), cnt, out=C[:, j], where=cnt > 0)
-        if np.vdot(C - old, C - old) <= 0.0:
+        if np.vdot(C - old, C - old) <= thresh:
             labels = nearest(C)
             break
     return labels, C, it
