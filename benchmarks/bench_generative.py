@@ -45,7 +45,7 @@ from fairvision.skin.batch import measure_images
 from fairvision.stats.corrections import DEFAULT_CORRECTION, adjust_pvalues
 from fairvision.stats.metamorphic import metamorphic_scores
 from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
-from fairvision.vision.model_cache import preload_face_models
+from fairvision.vision.faces import preload_face_models
 
 DARK = 5
 LIGHT = 5

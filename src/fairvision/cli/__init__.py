@@ -46,7 +46,7 @@ app.add_typer(audit_app, name="audit")
 
 COMMAND_MODULES = ("dataset", "skin", "model", "classifier", "retrieval", "diagnose", "demo", "score", "store", "generative",
                    "transfer", "vlm", "curate", "doctor", "power",
-                   "benchmark", "audit_cropping")
+                   "benchmark", "audit_cropping", "skin_stability")
 
 
 def _version_callback(value: bool):

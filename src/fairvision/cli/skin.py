@@ -264,6 +264,4 @@ def register(app: typer.Typer, audit_app: typer.Typer) -> None:
     skin_app.command("measure")(measure_cmd)
     skin_app.command("report")(report_cmd)
     skin_app.command("compare")(compare_cmd)
-    from fairvision.cli import skin_stability
-    skin_stability.register(skin_app)
     app.add_typer(skin_app, name="skin")

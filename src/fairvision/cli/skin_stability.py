@@ -19,7 +19,7 @@ from fairvision.cli.common import (
     NO_STORE_OPTION, STORE_OPTION, check_outdir, done, exit_if_gates_failed, image_table, progress_bar, results_store,
 )
 from fairvision.cli.options import with_settings
-from fairvision.cli.skin import load_or_measure
+from fairvision.cli.skin import load_or_measure, skin_app
 from fairvision.errors import FairvisionError
 
 #: the edits of ``skin relight`` and their default ranges (fairvision.skin.relight.DEFAULT_RANGES, not imported
@@ -184,6 +184,7 @@ def relight_cmd(
     exit_if_gates_failed(evaluated)
 
 
-def register(skin_app: typer.Typer) -> None:
+def register(app: typer.Typer, audit_app: typer.Typer) -> None:
+    """Adds ``stability`` and ``relight`` to the ``skin`` group (:mod:`fairvision.cli.skin` registers it first)."""
     skin_app.command("stability")(stability_cmd)
     skin_app.command("relight")(relight_cmd)

@@ -60,7 +60,7 @@ from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
 from fairvision.skin.measurement import measure
 from fairvision.vision import dlib_landmarks
 from fairvision.vision.facemesh import get_face_mesh
-from fairvision.vision.model_cache import preload_face_models
+from fairvision.vision.faces import preload_face_models
 
 __all__ = ["DEFAULT_FACES", "MeasureParams", "measure_images", "params_hash"]
 

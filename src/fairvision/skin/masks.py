@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from fairvision.errors import FairvisionError, InputFileError
+from fairvision.io.masks import load_mask
 
 MASK_METHODS = ("mediapipe", "dlib", "colour", "auto", "file")
 FACE_SELECTIONS = ("all", "largest")
@@ -249,59 +250,6 @@ def colour_mask(image_rgb: np.ndarray, *, min_pixels: int = MIN_PIXELS) -> MaskR
         res.mask = None
         res.reason = f"too few skin-coloured pixels ({n} < {min_pixels})"
     return res
-
-
-def load_mask(path: str | os.PathLike, skin_label: int | None = None, shape: tuple[int, int] | None = None) -> np.ndarray:
-    """Read a supplied skin mask as a boolean ``(H, W)`` array.
-
-    Parameters
-    ----------
-    path : path-like
-        A mask image (PNG recommended; lossless). Colour masks must be grey
-        (all channels equal).
-    skin_label : int, optional
-        The skin label id of a label map (CelebAMask-HQ's combined maps and
-        FHIBE use one integer per face part); skin = pixels equal to it. If
-        None the file is a binary mask: pixels > 0 when the maximum is 1,
-        otherwise pixels >= 128 (0/255 masks, tolerant of JPEG noise).
-    shape : (H, W), optional
-        The image's size; a mask of a different size is an error.
-
-    Raises
-    ------
-    InputFileError
-        Missing or unreadable file, a colour (non-grey) mask, a size
-        mismatch, or a multi-label map given without ``skin_label``.
-    """
-    cv2 = _cv2()
-    p = Path(path)
-    try:
-        data = np.fromfile(p, dtype=np.uint8)
-    except (FileNotFoundError, IsADirectoryError):
-        raise InputFileError(f"{p}: no such mask file") from None
-    except OSError as exc:
-        raise InputFileError(f"{p}: cannot read mask: {exc.strerror or exc}") from None
-    arr = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
-    if arr is None:
-        raise InputFileError(f"{p}: not a readable mask image")
-    if arr.ndim == 3:
-        if arr.shape[2] == 4:
-            arr = arr[..., :3]
-        if not (np.array_equal(arr[..., 0], arr[..., 1]) and np.array_equal(arr[..., 0], arr[..., 2])):
-            raise InputFileError(f"{p}: colour mask; give a grey binary mask or a single-channel label map")
-        arr = arr[..., 0]
-    if shape is not None and tuple(arr.shape[:2]) != tuple(shape[:2]):
-        raise InputFileError(
-            f"{p}: mask is {arr.shape[1]}x{arr.shape[0]} but the image is {shape[1]}x{shape[0]} (width x height)"
-        )
-    if skin_label is not None:
-        return arr == int(skin_label)
-    vmax = int(arr.max())
-    if vmax <= 1:
-        return arr > 0
-    if vmax < 128 and np.unique(arr).size > 2:
-        raise InputFileError(f"{p}: looks like a label map (values 0..{vmax}); pass the skin label id (skin_label)")
-    return arr >= 128
 
 
 def file_mask(path, image_shape, *, skin_label: int | None = None, min_pixels: int = MIN_PIXELS) -> MaskResult:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fairvision.vision.model_cache import import_mediapipe
+
 #: Name and version of the face finder (named in every report whose run used it).
 FACE_FINDER = "fairvision face finder"
 FACE_FINDER_VERSION = "1"
@@ -158,3 +160,21 @@ def find_faces(
         if found:
             break
     return sorted(found, key=lambda f: -f.area)[:max_faces]
+
+
+def preload_face_models(mask_method: str) -> None:
+    """Import (not build: building starts threads) the libraries of the face models a skin mask method
+    (:func:`fairvision.skin.masks.skin_mask`) uses, before a process pool forks its workers.
+
+    OpenCV always; the mediapipe face mesh for ``mediapipe`` and ``auto``; dlib for ``dlib``, ``auto`` and
+    ``mediapipe`` (whose second chance is dlib's 68 landmarks). For the methods that find faces, the face
+    finder (:mod:`fairvision.vision.faces`) is marked used, so that the run's report names it.
+    """
+    import cv2  # noqa: F401  - lazy: OpenCV, mediapipe and dlib are optional and slow to import
+
+    if mask_method in ("mediapipe", "auto", "dlib"):
+        mark_used()  # the workers find faces with the face finder: the report names it
+    if mask_method in ("mediapipe", "auto"):
+        import_mediapipe().solutions.face_mesh  # noqa: B018 - the attribute access imports the submodule
+    if mask_method in ("dlib", "auto", "mediapipe"):
+        import dlib  # noqa: F401

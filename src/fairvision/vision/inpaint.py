@@ -18,7 +18,7 @@ in-paints one RGB image inside one boolean mask with FHIBE's settings (:class:`I
   (grown) region can change.
 
 Masks come from boxes (:func:`box_mask`) and mask images (:func:`region_mask`, read with
-:func:`fairvision.skin.masks.load_mask`); several regions of one image unite.
+:func:`fairvision.io.masks.load_mask`); several regions of one image unite.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 from scipy import ndimage
 
 from fairvision.errors import FairvisionError, InputFileError, ParameterError
-from fairvision.skin.masks import load_mask
+from fairvision.io.masks import load_mask
 
 #: FHIBE's in-painting prompt (Methods, privacy assurance)
 FHIBE_PROMPT = "a high-resolution image with no humans or people in it"
@@ -157,7 +157,7 @@ def box_mask(shape: tuple[int, int], boxes) -> np.ndarray:
 
 def region_mask(shape: tuple[int, int], boxes=(), mask_paths: Sequence[str] = ()) -> np.ndarray:
     """The union of an image's regions: its boxes and its mask images (binary masks of the image's size,
-    :func:`fairvision.skin.masks.load_mask`; a mask of another size is an :class:`InputFileError` naming it)."""
+    :func:`fairvision.io.masks.load_mask`; a mask of another size is an :class:`InputFileError` naming it)."""
     mask = box_mask(shape, boxes)
     for p in mask_paths:
         mask |= load_mask(p, None, tuple(shape[:2]))

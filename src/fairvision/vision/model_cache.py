@@ -3,8 +3,8 @@
 Building a model (a mediapipe graph, dlib's 68-landmark predictor) is the slow part of using it, so every
 wrapper in :mod:`fairvision.vision` keeps its models in a :class:`ModelCache`: one instance per key (the
 model's settings), built on first use under a lock so that two threads never build the same model twice.
-:func:`preload_face_models` imports the heavy libraries, without building anything, before a process pool
-forks its workers, so that each worker inherits the imports instead of repeating them.
+:func:`fairvision.vision.faces.preload_face_models` imports the heavy libraries, without building anything, before
+a process pool forks its workers, so that each worker inherits the imports instead of repeating them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import threading
 from typing import Callable, Hashable
 
-from fairvision.vision.faces import mark_used
 
 
 class ModelCache:
@@ -75,21 +74,3 @@ def import_mediapipe():
     import mediapipe as mp  # lazy: optional and slow to import
 
     return mp
-
-
-def preload_face_models(mask_method: str) -> None:
-    """Import (not build: building starts threads) the libraries of the face models a skin mask method
-    (:func:`fairvision.skin.masks.skin_mask`) uses, before a process pool forks its workers.
-
-    OpenCV always; the mediapipe face mesh for ``mediapipe`` and ``auto``; dlib for ``dlib``, ``auto`` and
-    ``mediapipe`` (whose second chance is dlib's 68 landmarks). For the methods that find faces, the face
-    finder (:mod:`fairvision.vision.faces`) is marked used, so that the run's report names it.
-    """
-    import cv2  # noqa: F401  - lazy: OpenCV, mediapipe and dlib are optional and slow to import
-
-    if mask_method in ("mediapipe", "auto", "dlib"):
-        mark_used()  # the workers find faces with the face finder: the report names it
-    if mask_method in ("mediapipe", "auto"):
-        import_mediapipe().solutions.face_mesh  # noqa: B018 - the attribute access imports the submodule
-    if mask_method in ("dlib", "auto", "mediapipe"):
-        import dlib  # noqa: F401

@@ -38,7 +38,7 @@ from fairvision.io.tables import read_raw_table
 from fairvision.skin import measure
 from fairvision.vision.age_gender import AgeGenderPredictor
 from fairvision.vision.face_descriptor import FaceDescriptor
-from fairvision.vision.model_cache import preload_face_models
+from fairvision.vision.faces import preload_face_models
 
 IMAGE_COLUMNS = ["image_path", "skin_ok", "skin_reason", "n_faces", "L", "hue", "ita", "gray", "age", "gender",
                  "p_male", "ag_reason", "descriptor"]
