@@ -15,8 +15,8 @@ from fairvision.cli import main
 
 # tests/ is on sys.path (pytest's default "prepend" import mode)
 from test_classifier import _random  # noqa: E402
-from test_report_browser import _browser  # noqa: E402
-from test_report_browser_new import check_in_browser  # noqa: E402
+# one browser per module: test_report_browser_new's fixture
+from test_report_browser_new import browser, build_reports, check_in_browser  # noqa: E402, F401
 
 pytestmark = pytest.mark.browser
 
@@ -45,20 +45,7 @@ BUILDERS = {"classifier-binary": _binary, "classifier-multiclass": _multiclass}
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, Path]:
-    built = {}
-    for name, build in BUILDERS.items():
-        d = tmp_path_factory.mktemp(name)
-        out = d / "report"
-        rc = main([*build(d), "-o", str(out)])
-        assert rc in (0, 1), f"{name}: exit {rc}"
-        built[name] = out / "report.html"
-    return built
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with _browser() as b:
-        yield b
+    return build_reports(BUILDERS, tmp_path_factory, codes=(0, 1))
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))

@@ -15,8 +15,8 @@ from fairvision.cli import main
 
 # tests/ is on sys.path (pytest's default "prepend" import mode)
 from test_ranking_retrieval import _run  # noqa: E402
-from test_report_browser import _browser  # noqa: E402
-from test_report_browser_new import check_in_browser  # noqa: E402
+# one browser per module: test_report_browser_new's fixture
+from test_report_browser_new import browser, build_reports, check_in_browser  # noqa: E402, F401
 from test_vlm_text_retrieval import _planted  # noqa: E402
 
 pytestmark = pytest.mark.browser
@@ -44,19 +44,7 @@ BUILDERS = {"retrieval-ranking": _retrieval, "vlm-retrieval": _vlm_retrieval}
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, Path]:
-    built = {}
-    for name, build in BUILDERS.items():
-        d = tmp_path_factory.mktemp(name)
-        out = d / "report"
-        assert main([*build(d), "-o", str(out)]) == 0, name
-        built[name] = out / "report.html"
-    return built
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with _browser() as b:
-        yield b
+    return build_reports(BUILDERS, tmp_path_factory, codes=(0,))
 
 
 @pytest.mark.parametrize("name", list(BUILDERS))

@@ -137,17 +137,23 @@ BUILDERS = {
 }
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory) -> dict[str, Path]:
+def build_reports(builders: dict, tmp_path_factory, codes=(0, 1)) -> dict[str, Path]:
+    """Run every builder's command once into a temporary folder (it must exit with one of ``codes``): the
+    report.html of each, by name."""
     built = {}
-    for name, build in BUILDERS.items():
+    for name, build in builders.items():
         d = tmp_path_factory.mktemp(name)
         out = d / "report"
         rc = main([*build(d), "-o", str(out)])
-        assert rc in (0, 1), f"{name}: exit {rc}"
+        assert rc in codes, f"{name}: exit {rc}"
         assert (out / "report.html").is_file(), name
         built[name] = out / "report.html"
     return built
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> dict[str, Path]:
+    return build_reports(BUILDERS, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
