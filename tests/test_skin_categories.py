@@ -68,3 +68,23 @@ def test_add_categories_and_categorize():
     m = SkinMeasurement(L=70, a=10, b=15, hue=56.3, ita=53.1, ok=True)
     c = categorize(m)
     assert c["skin_colour"] == "light-yellow" and c["st_class"] == "ST5" and c["monk_tone"].startswith("MST")
+
+
+def test_an_achromatic_row_keeps_its_tone_but_gets_no_hue_or_ita_category():
+    """A greyscale photo's b* is noise around 0, so its ITA is near +/-90 degrees ("very light") and its hue is
+    arbitrary: the categories that read them are missing; the L* tone stays (docs/METHODS.md §1.4)."""
+    from fairvision.skin.categories import achromatic_rows, add_categories
+
+    df = pd.DataFrame({"L": [70.0, 40.0, 65.0], "a": [10.0, 12.0, 0.1], "b": [15.0, 20.0, 0.05],
+                       "hue": [56.3, 59.0, 26.6], "ita": [53.1, -26.6, 89.97],
+                       "flags": ["", "low_stability;clipped_highlights", "low_stability;achromatic"]})
+    out = add_categories(df)
+    assert list(achromatic_rows(df)) == [False, False, True]
+    assert list(out["skin_tone"].astype(str)) == ["light", "dark", "light"]
+    for col in ("skin_hue", "skin_colour", "ita_class", "st_class", "fitzpatrick_proxy"):
+        assert out[col].isna().tolist() == [False, False, True], col
+    assert list(out["ita_class"].astype(str)[:2]) == ["light", "brown"]  # 41 < 53.1 <= 55; -30 < -26.6 <= 10
+    assert isinstance(out["skin_hue"].dtype, pd.CategoricalDtype)
+    # without a flags column nothing changes (a user's own table of L, hue and ITA)
+    plain = add_categories(df.drop(columns="flags"))
+    assert plain["ita_class"].notna().all() and str(plain["ita_class"].iloc[2]) == "very light"

@@ -253,7 +253,7 @@ def test_dataset_audit_says_what_it_left_out_and_why(tmp_path, capsys, monkeypat
     assert dict(zip(reasons["reason"], reasons["n"])) == {"no face found": 1, "unreadable image": 1}
     notes = [b.get("text", "") for s in json.loads((tmp_path / "report" / "report.json").read_text())["sections"]
              if s["id"] == "skin-colour" for b in s["blocks"]]
-    assert any("2 of 8 images have no skin colour measurement and are left out (no face found: 1, unreadable "
-               "image: 1)" in n for n in notes), notes
+    assert any("2 of 8 images are left out: no skin colour measurement, or no hue to place them in a cell (no face "
+               "found: 1, unreadable image: 1)" in n for n in notes), notes
     cov = pd.read_parquet(tmp_path / "report" / "tables" / "skin-coverage__coverage-by-group.parquet")
     assert cov.set_index("group")["n"].to_dict() == {"Female": 5, "Male": 3}

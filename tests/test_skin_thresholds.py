@@ -168,16 +168,20 @@ def test_measure_options_end_to_end(photos, tmp_path, capsys):
     assert not {"L_threshold", "hue_threshold", "ita_boundaries"} & set(d.columns)
     assert (d.skin_tone.astype(str) == np.where(d.L >= 60, "light", "dark")).all()
     h = np.where(d.hue > 180, d.hue - 360, d.hue)
-    assert (d.skin_hue.astype(str) == np.where(h >= 55, "yellow", "red")).all()
+    grey = d["flags"].str.contains("achromatic").to_numpy()  # a greyscale photo: tone, but no hue or ITA class
+    assert d.skin_hue[grey].isna().all() and d.st_class[grey].isna().all()
+    assert (d.skin_hue[~grey].astype(str) == np.where(h >= 55, "yellow", "red")[~grey]).all()
     edges = [-np.inf, -30, 10, 28, 41, 55, np.inf]
-    assert (d.st_class.astype(str) == np.array([f"ST{i}" for i in range(1, 7)])[np.digitize(d.ita, edges, right=True) - 1]).all()
+    st = np.array([f"ST{i}" for i in range(1, 7)])
+    assert (d.st_class[~grey].astype(str) == st[np.digitize(d.ita, edges, right=True) - 1][~grey]).all()
     # with the options: the same measurements, the categories with the values given, the values in the table
     assert list(m.columns) == list(d.columns) + ["L_threshold", "hue_threshold", "ita_boundaries"]
     same = [c for c in d.columns if c not in ("skin_tone", "skin_hue", "skin_colour", "ita_class", "st_class", "from_cache")]
     pd.testing.assert_frame_equal(m[same], d[same])
     assert (m.skin_tone.astype(str) == np.where(m.L >= 65, "light", "dark")).all()
-    assert (m.skin_hue.astype(str) == np.where(h >= 50, "yellow", "red")).all()
-    assert (m.st_class.astype(str) == np.array([f"ST{i}" for i in range(1, 7)])[np.digitize(m.ita, edges) - 1]).all()
+    assert m.skin_hue[grey].isna().all() and m.st_class[grey].isna().all()
+    assert (m.skin_hue[~grey].astype(str) == np.where(h >= 50, "yellow", "red")[~grey]).all()
+    assert (m.st_class[~grey].astype(str) == st[np.digitize(m.ita, edges) - 1][~grey]).all()
     assert m.L_threshold.eq(65.0).all() and m.hue_threshold.eq(50.0).all()
     assert m.ita_boundaries.eq("paper (-30, 10, 28, 41, 55; closed on the left)").all()
 
@@ -210,7 +214,8 @@ def test_report_and_compare_options_end_to_end(photos, tmp_path, capsys):
     light_yellow = int(((m.L >= 62.5) & (h >= 48)).sum())
     assert int(cells.reset_index().set_index(["skin_hue", "skin_tone"]).loc[("yellow", "light"), "count"]) == light_yellow
     ita = pd.read_parquet(tmp_path / "moved" / "tables" / "skin-colour__ita-classes.parquet")
-    expected = np.bincount(np.digitize(m.ita, [-20, 0, 20, 40, 60], right=True), minlength=6)
+    colour = ~m["flags"].str.contains("achromatic").to_numpy()  # a greyscale photo has no ITA class
+    expected = np.bincount(np.digitize(m.ita[colour], [-20, 0, 20, 40, 60], right=True), minlength=6)
     assert ita["count"].tolist() == expected.tolist()
     code, out, err = run(["skin", "compare", photos / "set1", photos / "set2", "-o", tmp_path / "cmp", *common,
                           "--ita-boundaries", "paper", "--hue-threshold", "50"], capsys)

@@ -31,7 +31,8 @@ from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
 from fairvision.io.validate import empty_cells, require_columns
 from fairvision.schema import MISSING_LABEL
 from fairvision.skin.batch import MeasureParams, measure_images
-from fairvision.skin.categories import HUE_THRESHOLD, L_THRESHOLD, TONE_HUE, check_thresholds, tone_hue_category
+from fairvision.skin.categories import (HUE_THRESHOLD, L_THRESHOLD, TONE_HUE, achromatic_rows, check_thresholds,
+                                        tone_hue_category)
 from fairvision.stats.proportions import wilson_interval
 from fairvision.vision.composites import GAP, PER_PAIR, plan_pairs, write_composite
 from fairvision.vision.croppers import ASPECT, crop_output, cropper_name, judge, load_cropper
@@ -163,9 +164,11 @@ def image_groups(data: pd.DataFrame, options: BuildOptions | None = None, *, set
                               store=store, progress=progress)
         _, _, cells = tone_hue_category(meas["L"], meas["hue"], L_threshold=options.L_threshold,
                                         hue_threshold=options.hue_threshold)
-        groups = pd.Series(cells, dtype=object).where(pd.notna(cells), None).to_numpy(dtype=object)
+        grey = achromatic_rows(meas)  # a greyscale photo has a tone but no hue: no cell (docs/METHODS.md §1.4)
+        groups = pd.Series(cells, dtype=object).where(pd.notna(cells) & ~grey, None).to_numpy(dtype=object)
         why = np.array([f"skin colour not measured ({r})" if isinstance(r, str) and r else "skin colour not measured"
                         for r in meas["reason"]], dtype=object)
+        why[grey] = "no skin hue: greyscale image"
         categories = list(TONE_HUE)
     else:
         require_columns(data, [options.attribute], source=source, why=" for --attr (or 'skin' to measure skin colour)")

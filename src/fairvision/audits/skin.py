@@ -35,7 +35,7 @@ from fairvision.io.validate import require_columns
 from fairvision.skin.batch_tables import failure_reasons
 from fairvision.skin.categories import (
     HUE_THRESHOLD, HUES, ITA_CLASSES, L_THRESHOLD, ST_CLASSES, TONE_HUE, TONES, check_thresholds, parse_ita_boundaries,
-    st_class, tone_hue_category,
+    achromatic_rows, st_class, tone_hue_category,
 )
 from fairvision.stats.chisquare import ChiSquareResult, chi2_test
 from fairvision.stats.proportions import wilson_interval
@@ -153,7 +153,7 @@ def _valid(df: pd.DataFrame, L: str, hue: str, name: str):
     require_columns(df, (L, hue), source=name, why=" (skin colour analysis needs it)")
     Lv = pd.to_numeric(df[L], errors="coerce").to_numpy(dtype=np.float64)
     hv = pd.to_numeric(df[hue], errors="coerce").to_numpy(dtype=np.float64)
-    ok = np.isfinite(Lv) & np.isfinite(hv)
+    ok = np.isfinite(Lv) & np.isfinite(hv) & ~achromatic_rows(df)  # a greyscale photo's hue is noise (§1.4)
     if "ok" in df.columns:
         ok &= df["ok"].fillna(False).to_numpy(dtype=bool)
     return ok, Lv, np.where(hv > 180.0, hv - 360.0, hv)
@@ -278,8 +278,8 @@ def audit_skin_distribution(data: pd.DataFrame, *, L: str = "L", hue: str = "hue
     hist = _hist(Lm, hm, L_edges, h_edges)
     n_failed = n_images - int(ok.sum())
     if n_failed:
-        notes.append(f"{n_failed} of {n_images} images have no skin colour measurement and are left out"
-                     f"{_why_left_out(data, ok)}.")
+        notes.append(f"{n_failed} of {n_images} images are left out: no skin colour measurement, or no hue to "
+                     f"place them in a cell{_why_left_out(data, ok)}.")
     flag_counts = pd.Series(dtype="int64")
     if "flags" in data.columns:
         fl = data.loc[ok, "flags"].fillna("").astype(str)

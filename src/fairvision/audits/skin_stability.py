@@ -29,7 +29,7 @@ from fairvision.errors import ColumnError
 from fairvision.groups import intersections, subject_codes
 from fairvision.io.validate import require_columns
 from fairvision.schema import Schema
-from fairvision.skin.categories import HUE_THRESHOLD, L_THRESHOLD, TONE_HUE, st_class, tone_hue_category
+from fairvision.skin.categories import HUE_THRESHOLD, L_THRESHOLD, TONE_HUE, achromatic_rows, st_class, tone_hue_category
 from fairvision.skin.relight import EDITS, IDENTITY, UNIT_SCALE, UNITS
 from fairvision.stats.corrections import adjust_pvalues
 from fairvision.stats.groupwise import kruskal_test
@@ -126,15 +126,6 @@ def _usable(data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     said = ("measurement failed: " + text).where(text != "", "measurement failed").to_numpy(dtype=object)
     why[~ok] = said[~ok]
     return ok, why
-
-
-def achromatic_rows(data: pd.DataFrame) -> np.ndarray:
-    """Rows whose measurement carries the ``achromatic`` quality flag (median C* of the skin pixels below 3:
-    a greyscale or washed-out image, docs/METHODS.md §2.2); False everywhere without a ``flags`` column."""
-    if "flags" not in data.columns:
-        return np.zeros(len(data), dtype=bool)
-    flags = data["flags"].astype("string").fillna("")
-    return flags.str.contains(r"(?:^|;)\s*achromatic\s*(?:;|$)", regex=True).to_numpy(dtype=bool)
 
 
 def _blank_hue(df: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:

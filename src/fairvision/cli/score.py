@@ -240,8 +240,12 @@ def _measured_skin(sdf, samples: Path, settings, store):
     failed = ~m["ok"].astype(bool).to_numpy() | m[list(MEASURED_SKIN)].isna().any(axis=1).to_numpy()
     for src, dst in MEASURED_SKIN.items():  # rows not measured are left out; their label only shows in the coverage
         out[dst] = np.where(failed, "not measured", m[src].astype(object).to_numpy())
-    reason = m["reason"].fillna("").astype(str).str.split(": ").str[0].to_numpy()
-    return out, np.where(failed, np.where(reason != "", "skin not measured: " + reason.astype(object), "skin not measured"), "")
+    reason = m["reason"].fillna("").astype(str).str.split(": ").str[0].to_numpy().astype(object)
+    grey = m["ok"].astype(bool).to_numpy() & m["skin_tone"].notna().to_numpy() & m["skin_hue"].isna().to_numpy()
+    why = np.where(reason != "", "skin not measured: " + reason, "skin not measured")
+    # a greyscale photo has a tone but no hue (docs/METHODS.md §1.4): its light/dark x red/yellow group is unknown
+    why = np.where(grey, "no skin hue: greyscale image", why)
+    return out, np.where(failed, why, "")
 
 
 @with_settings("min_subjects", "n_boot", "seed", "engine", "address", "workers")

@@ -37,6 +37,8 @@ FAILURE_REASONS = {
     "no_face": "no face found", "too_few_pixels": "too few skin pixels", "unreadable_image": "unreadable image",
     "image_too_large": "image too large", "no_mask": "no mask file", "bad_mask": "unreadable mask file",
     "error": "error while measuring",
+    # a measured greyscale photo, left out where its hue is needed (its measurement itself is ok)
+    "achromatic": "no skin hue: greyscale image",
 }
 
 #: image listings: one image path per line (relative to the listing's folder); blank lines and # comments skipped

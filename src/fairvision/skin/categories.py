@@ -28,7 +28,7 @@ from fairvision.skin.colour import ciede2000, srgb_to_lab
 __all__ = [
     "TONES", "HUES", "TONE_HUE", "ITA_CLASSES", "ST_CLASSES", "FITZPATRICK", "MONK_SRGB", "MONK_LABELS", "ITA_EDGES",
     "L_THRESHOLD", "HUE_THRESHOLD", "ITA_BOUNDARY_SETS", "ItaBoundaries", "parse_ita_boundaries", "check_thresholds",
-    "category_options_meta", "tone_hue_category", "ita_class", "st_class", "fitzpatrick_proxy", "monk_tone", "categorize", "add_categories",
+    "category_options_meta", "achromatic_rows", "tone_hue_category", "ita_class", "st_class", "fitzpatrick_proxy", "monk_tone", "categorize", "add_categories",
 ]
 
 TONES = ("light", "dark")
@@ -235,14 +235,23 @@ def monk_tone(lab) -> tuple[pd.Categorical, np.ndarray]:
 def categorize(m, *, L_threshold: float = L_THRESHOLD, hue_threshold: float = HUE_THRESHOLD,
                ita_boundaries=None) -> dict:
     """All categories of one :class:`~fairvision.skin.measurement.SkinMeasurement` as a dict of strings."""
-    row = pd.DataFrame([{"L": m.L, "a": m.a, "b": m.b, "hue": m.hue, "ita": m.ita}])
+    row = pd.DataFrame([{"L": m.L, "a": m.a, "b": m.b, "hue": m.hue, "ita": m.ita, "flags": ";".join(m.flags)}])
     out = add_categories(row, L_threshold=L_threshold, hue_threshold=hue_threshold, ita_boundaries=ita_boundaries)
     return {c: (None if pd.isna(v) else (v if isinstance(v, str) else float(v))) for c, v in out.iloc[0].items() if c not in row}
 
 
+def achromatic_rows(data: pd.DataFrame, flags: str = "flags") -> np.ndarray:
+    """Rows whose measurement carries the ``achromatic`` quality flag (median C* of the skin pixels below 3:
+    a greyscale or washed-out image, docs/METHODS.md §2.2); False everywhere without the ``flags`` column."""
+    if flags not in data.columns:
+        return np.zeros(len(data), dtype=bool)
+    text = data[flags].astype("string").fillna("")
+    return text.str.contains(r"(?:^|;)\s*achromatic\s*(?:;|$)", regex=True).to_numpy(dtype=bool)
+
+
 def add_categories(df: pd.DataFrame, *, L: str = "L", a: str = "a", b: str = "b", hue: str = "hue", ita: str = "ita",
                    L_threshold: float = L_THRESHOLD, hue_threshold: float = HUE_THRESHOLD, monk: bool = True,
-                   ita_boundaries=None) -> pd.DataFrame:
+                   ita_boundaries=None, flags: str = "flags") -> pd.DataFrame:
     """Add skin colour categories as columns, so they can be crossed with other attributes.
 
     Adds ``skin_tone`` (light/dark), ``skin_hue`` (red/yellow), ``skin_colour``
@@ -250,7 +259,10 @@ def add_categories(df: pd.DataFrame, *, L: str = "L", a: str = "a", b: str = "b"
     and with ``monk`` ``monk_tone`` and ``monk_delta_e``. Rows whose measurement
     failed (NaN) get missing categories. ``ita_boundaries`` (a name, five numbers or an
     :class:`ItaBoundaries`; default ``chardon``) sets the edges of ``ita_class`` and ``st_class``
-    (docs/METHODS.md §1.4). Columns already there are replaced in place.
+    (docs/METHODS.md §1.4). Columns already there are replaced in place. Rows flagged ``achromatic`` in the
+    ``flags`` column (a greyscale or washed-out image: its h* and ITA are noise, :func:`achromatic_rows`) keep
+    ``skin_tone`` but get missing ``skin_hue``, ``skin_colour``, ``ita_class``, ``st_class`` and
+    ``fitzpatrick_proxy``: a grey photo's ITA is near +/-90 degrees, which would call it "very light".
 
     Raises
     ------
@@ -270,6 +282,10 @@ def add_categories(df: pd.DataFrame, *, L: str = "L", a: str = "a", b: str = "b"
     out["ita_class"] = ita_class(out[ita], bd)
     out["st_class"] = st_class(out[ita], bd)
     out["fitzpatrick_proxy"] = fitzpatrick_proxy(out[ita])
+    grey = achromatic_rows(out, flags)
+    if grey.any():
+        for col in ("skin_hue", "skin_colour", "ita_class", "st_class", "fitzpatrick_proxy"):
+            out[col] = out[col].mask(grey)
     if monk:
         labels, dist = monk_tone(out[[L, a, b]].to_numpy(dtype=np.float64))
         out["monk_tone"] = labels
