@@ -39,7 +39,8 @@ app = typer.Typer(
     cls=Group,  # help in click's plain layout below 100 columns, where rich panels would cut words
 )
 audit_app = typer.Typer(
-    help="Audit a dataset, a model, or a retrieval system and write a report.",
+    help=("Audit a dataset (or several side by side), a model (per-sample scores, a classifier, face verification, "
+          "a saliency cropper), a retrieval system or a vision-language model, and write a report."),
     no_args_is_help=True,
 )
 app.add_typer(audit_app, name="audit")

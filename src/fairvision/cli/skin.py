@@ -57,7 +57,8 @@ def _category_options(L_threshold, hue_threshold, ita_boundaries):
 
 
 skin_app = typer.Typer(
-    help="Measure apparent skin colour (CIELAB L*, hue angle h*, ITA and categories) from images.",
+    help=("Measure apparent skin colour (CIELAB L*, hue angle h*, ITA and categories) from images, report and "
+          "compare it, and test how stable it is across a person's photos and under lighting changes."),
     no_args_is_help=True,
 )
 
