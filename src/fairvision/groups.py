@@ -285,10 +285,19 @@ def cell_counts(comb: Combined | Intersection, subjects: np.ndarray | None = Non
     n_samples = np.bincount(comb.codes, minlength=n)
     if subjects is None:
         return n_samples, None
-    pair = subjects[comb.rows] * np.int64(n) + comb.codes
-    uniq = pd.unique(pair)  # hash-based: faster than sorting for large tables
-    n_subjects = np.bincount(uniq % n, minlength=n)
-    return n_samples, n_subjects
+    return n_samples, distinct_counts(comb.codes, subjects[comb.rows], n)
+
+
+def distinct_counts(keys, values, n_keys: int) -> np.ndarray:
+    """How many distinct ``values`` go with each key ``0 .. n_keys-1`` (``values[i]`` goes with ``keys[i]``; both
+    whole numbers >= 0): distinct subjects in each group, distinct categories of each subject."""
+    keys = np.asarray(keys, dtype=np.int64).ravel()
+    values = np.asarray(values, dtype=np.int64).ravel()
+    if not keys.size:
+        return np.zeros(int(n_keys), dtype=np.int64)
+    width = np.int64(int(values.max()) + 1)
+    pairs = pd.unique(keys * width + values)  # hash-based: faster than sorting for large tables
+    return np.bincount(pairs // width, minlength=int(n_keys))
 
 
 def count_frame(comb: Combined | Intersection, n_samples: np.ndarray, n_subjects: np.ndarray | None) -> pd.DataFrame:

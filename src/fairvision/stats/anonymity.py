@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from fairvision.errors import ParameterError
+from fairvision.groups import distinct_counts
 
 #: Default k: a cell of fewer than 5 people is the usual small-cell threshold of statistical disclosure control.
 DEFAULT_K = 5
@@ -137,9 +138,7 @@ def cell_sizes(cells: np.ndarray, n_cells: int, subjects: np.ndarray | None) -> 
     """Size of every cell: distinct subjects (``subjects[i]`` of the row in ``cells[i]``) or rows."""
     if subjects is None:
         return np.bincount(cells, minlength=n_cells)
-    n_subj = int(subjects.max()) + 1 if subjects.size else 1
-    pairs = pd.unique(cells * np.int64(n_subj) + subjects)  # hash-based distinct (cell, subject) pairs
-    return np.bincount(pairs // n_subj, minlength=n_cells)
+    return distinct_counts(cells, subjects, n_cells)
 
 
 def k_anonymity(

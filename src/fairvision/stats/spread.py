@@ -16,6 +16,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from fairvision.errors import FairvisionError
+from fairvision.groups import distinct_counts
 from fairvision.stats.proportions import wilson_interval
 from fairvision.stats.resample import cluster_bootstrap_weights, percentile_ci
 from fairvision.stats.results import TestResult
@@ -108,9 +109,7 @@ def category_flips(codes, subjects, *, n_subjects: int | None = None) -> pd.Data
     ok = c >= 0
     c, s = c[ok], s[ok]
     n = np.bincount(s, minlength=k)
-    width = int(c.max()) + 1 if c.size else 1
-    pairs = np.unique(s * np.int64(width) + c)
-    n_cat = np.bincount(pairs // width, minlength=k)
+    n_cat = distinct_counts(s, c, k)
     return pd.DataFrame({"n": n, "n_categories": n_cat, "flips": n_cat >= 2})
 
 
