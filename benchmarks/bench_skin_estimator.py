@@ -19,7 +19,8 @@ on both sides, runs the candidates interleaved (A, B, A, B, ...) and reports med
 
    Timed on the portraits with the smallest, lower-quartile, median, upper-quartile and largest masks; the
    target (>= 30x) is the ratio at the median mask. Where the fairvision time goes is printed for the
-   median mask.
+   median mask, with the Lloyd iterations of each level of blocks timed on their own: their number times the
+   cost of one iteration (some 25 us of numpy calls on a few thousand blocks) is the floor of the clustering.
 2. The whole measurement from image and mask: ``measure(image, mask, "thong")`` (smoothing, CIELAB,
    estimate, stability, spread, flags) against ``measure(image, mask, "thong-published", n_init=10,
    n_boot=0)`` (float64 smoothing of the image, scikit-image CIELAB, the published estimator).
@@ -46,6 +47,7 @@ from _timing import interleaved, load_note, pinned
 from fairvision.datasets import load_portraits
 from fairvision.io.images import read_image
 from fairvision.skin import measure, srgb_to_lab
+from fairvision.skin import thong as thong_module
 from fairvision.skin.measurement import smooth_skin_pixels
 from fairvision.skin.thong import thong_bootstrap, thong_features, thong_from_features
 from fairvision.skin.thong_published import thong_published
@@ -79,6 +81,10 @@ def ours(lab, n_boot: int = 10, seed: int = 0):
 def time_estimators(items, repeats: int) -> None:
     sizes = np.array([int(m.sum()) for _, _, m in items])
     order = np.argsort(sizes, kind="stable")
+    # load scikit-learn's OpenMP runtime (and the BLAS scipy brings) before pinning: threadpoolctl limits only the
+    # libraries already loaded, so the published side would otherwise run K-Means on every core (CPU time of all
+    # threads) and its OpenMP threads' spin-waits would be charged to the next candidate's CPU time
+    thong_published(skin_lab(*items[order[0]][1:]).astype(np.float64), n_init=1)
     picks = {"smallest": order[0], "25%": order[len(order) // 4], "median": order[len(order) // 2],
              "75%": order[(3 * len(order)) // 4], "largest": order[-1]}
     print(f"1. estimator on the same CIELAB pixels, 1 thread, {repeats} interleaved runs each, medians "
@@ -106,19 +112,32 @@ def time_estimators(items, repeats: int) -> None:
 
 
 def breakdown(lab) -> None:
-    """Where the fairvision estimator's time goes (CPU, medians)."""
+    """Where the fairvision estimator's time goes (CPU, medians), with the Lloyd iterations of each level of
+    blocks timed on their own (the blocks ``thong_from_features`` passes to ``lloyd_exact_sums``, recorded)."""
     L, h, C = thong_features(lab)
     _, fit = thong_from_features(L, h, C)
+    levels, real = [], thong_module.lloyd_exact_sums
+    thong_module.lloyd_exact_sums = lambda *a, **kw: levels.append(a) or real(*a, **kw)
+    try:
+        thong_from_features(L, h, C)
+    finally:
+        thong_module.lloyd_exact_sums = real
+    parts = {
+        "features (L*, signed h*, C* of every pixel)": lambda: thong_features(lab),
+        "histogram, clustering, modes (thong_from_features)": lambda: thong_from_features(L, h, C),
+    }
+    for a in levels:
+        parts[f"  of which Lloyd on {a[0].shape[1]:,} blocks, {real(*a)[2]} iterations"] = lambda a=a: real(*a)
+    parts["stability: 10 multinomial replicates (thong_bootstrap)"] = lambda: thong_bootstrap(
+        fit, 10, np.random.default_rng(0))
     with pinned(1):
-        t = interleaved({
-            "features (L*, signed h*, C* of every pixel)": lambda: thong_features(lab),
-            "histogram, clustering, modes (thong_from_features)": lambda: thong_from_features(L, h, C),
-            "stability: 10 multinomial replicates (thong_bootstrap)": lambda: thong_bootstrap(
-                fit, 10, np.random.default_rng(0)),
-        }, 25)
+        t = interleaved(parts, 25)
     print("   fairvision at the median mask, CPU medians:")
     for name, tm in t.items():
-        print(f"     {tm.cpu_median * 1e3:6.2f} ms  {name}")
+        per = ""
+        if "iterations" in name:
+            per = f" ({tm.cpu_median / int(name.rsplit(' ', 2)[1]) * 1e6:.0f} us an iteration)"
+        print(f"     {tm.cpu_median * 1e3:6.2f} ms  {name}{per}")
 
 
 def measure_scope(name, img, mask, repeats: int) -> None:

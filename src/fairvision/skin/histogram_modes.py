@@ -151,13 +151,24 @@ def grid_modes(hist: np.ndarray) -> np.ndarray:
     hi = V - 1 - occ[:, ::-1].argmax(axis=1)
     span = np.maximum(hi - lo, 0)
     nb = _sturges(hist.sum(axis=1).round())
-    b = (np.arange(V)[None, :] - lo[:, None]) * nb[:, None] // np.maximum(span, 1)[:, None]
-    np.maximum(b, 0, out=b)  # cells outside [lo, hi] are empty
-    np.minimum(b, (nb - 1)[:, None], out=b)
     stride = int(nb.max())
-    counts = np.bincount((b + (np.arange(G) * stride)[:, None]).ravel(), weights=hist.ravel().astype(np.float64),
-                         minlength=G * stride).reshape(G, stride)
-    best = counts.argmax(axis=1)
+    if hist.dtype.kind in "iu":  # (np.issubdtype costs more than this whole branch on a few rows)
+        # bin t holds the cells lo + [ceil(t span / nb), ceil((t + 1) span / nb)) and the last bin also hi (the
+        # same integer binning): its count is a difference of the row's cumulative counts at those edges
+        t = np.arange(stride + 1)[None, :]
+        edges = lo[:, None] - (-t * np.maximum(span, 1)[:, None]) // nb[:, None]
+        np.copyto(edges, (hi + 1)[:, None], where=t >= nb[:, None])
+        cum = np.zeros((G, V + 1), dtype=np.int64)
+        np.cumsum(hist, axis=1, out=cum[:, 1:])
+        at = cum[np.arange(G)[:, None], edges]
+        best = np.subtract(at[:, 1:], at[:, :-1]).argmax(axis=1)  # ties to the lowest bin
+    else:
+        b = (np.arange(V)[None, :] - lo[:, None]) * nb[:, None] // np.maximum(span, 1)[:, None]
+        np.maximum(b, 0, out=b)  # cells outside [lo, hi] are empty
+        np.minimum(b, (nb - 1)[:, None], out=b)
+        counts = np.bincount((b + (np.arange(G) * stride)[:, None]).ravel(),
+                             weights=hist.ravel().astype(np.float64), minlength=G * stride).reshape(G, stride)
+        best = counts.argmax(axis=1)
     out = np.where(span > 0, lo + (best + 0.5) * span / nb, lo.astype(np.float64))
     out[~has] = np.nan
     return out

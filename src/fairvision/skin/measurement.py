@@ -122,18 +122,22 @@ def _failed(method, reason, flags, n_pixels=0, **kw) -> SkinMeasurement:
     return SkinMeasurement(method=method, ok=False, reason=reason, flags=tuple(flags), n_pixels=int(n_pixels), **kw)
 
 
-def _percentiles(x: np.ndarray, ps) -> np.ndarray:
+def _percentiles(x: np.ndarray, ps, bounds: tuple | None = None) -> np.ndarray:
     """``numpy.percentile(x, ps)`` (linear interpolation) of a 1-D float array, exact.
 
     A 1024-bin histogram locates the bin holding each needed order statistic;
     only that bin's values are partitioned (numpy's partition of the whole
-    array is several times slower).
+    array is several times slower). ``bounds``: the smallest and largest value,
+    when already known.
     """
     x = np.asarray(x).ravel()
     n = x.size
     if n < 4096:
         return np.percentile(x, ps)
-    lo, hi = x.min(), x.max()
+    if bounds is None:
+        lo, hi = x.min(), x.max()
+    else:
+        lo, hi = x.dtype.type(bounds[0]), x.dtype.type(bounds[1])
     if not (np.isfinite(lo) and np.isfinite(hi)) or hi == lo:
         return np.percentile(x, ps)
     nb = 1024
@@ -161,14 +165,24 @@ def _percentiles(x: np.ndarray, ps) -> np.ndarray:
     return np.array(out)
 
 
-def _pixel_spread(lab: np.ndarray, L: np.ndarray | None = None, h: np.ndarray | None = None) -> dict:
+def _pixel_spread(lab: np.ndarray, L: np.ndarray | None = None, h: np.ndarray | None = None,
+                  ranges=(None, None)) -> dict:
     if L is None:
         L = lab[:, 0]
         h = hue_angle(lab, convention="signed")
-    qL = _percentiles(L, [25, 75])
-    qh = _percentiles(h, [25, 75])
-    return {"L_iqr": float(qL[1] - qL[0]), "L_sd": float(np.std(L, dtype=np.float64)),
-            "hue_iqr": float(qh[1] - qh[0]), "hue_sd": float(np.std(h, dtype=np.float64))}
+    qL = _percentiles(L, [25, 75], ranges[0])
+    qh = _percentiles(h, [25, 75], ranges[1])
+    return {"L_iqr": float(qL[1] - qL[0]), "L_sd": float(_sd(L)), "hue_iqr": float(qh[1] - qh[0]),
+            "hue_sd": float(_sd(h))}
+
+
+def _sd(x: np.ndarray, ddof: int = 0) -> np.ndarray:
+    """``numpy.std(x, axis=0, ddof=ddof, dtype=float64)``: the same operations in the same order (mean from
+    the same sum, squared deviations summed the same way), without its Python wrapper."""
+    n = x.shape[0]
+    dev = x - np.add.reduce(x, axis=0, dtype=np.float64, keepdims=True) / n
+    np.multiply(dev, dev, out=dev)
+    return np.sqrt(np.add.reduce(dev, axis=0, dtype=np.float64) / max(n - ddof, 0))
 
 
 def _signed(h: float) -> float:
@@ -186,8 +200,7 @@ def _stability(method, lab, gray, n_boot, boot_size, seed, kw, init=None, fit=No
         if fit is None:
             kk = {key: kw[key] for key in ("k", "top") if key in kw}
             _, fit = thong_from_features(*thong_features(lab), init_centers=init, details=False, **kk)
-        reps = thong_bootstrap(fit, int(n_boot), rng)
-        sd = reps.std(axis=0, ddof=1)
+        sd = _sd(thong_bootstrap(fit, int(n_boot), rng), 1)
         out.update({"L_sd": float(sd[0]), "hue_sd": float(sd[1])})
         return out
     reps = []
@@ -221,7 +234,7 @@ def _from_lab(lab, raw_rgb01, method, *, flags, mask_method=None, n_faces=None, 
         est, fit = thong_from_features(L, h, C, **kw)
         est["gray"] = float(np.mean(gray, dtype=np.float64))
         stab = _stability(method, lab, None, opts["n_boot"], opts["boot_size"], opts["seed"], kw, fit=fit)
-        spread = _pixel_spread(lab, L, h)
+        spread = _pixel_spread(lab, L, h, fit.ranges)  # (the fit's smallest and largest L* and h*)
         # median C* < min_chroma? More than half the pixels below it settles it, fewer than half too; only a
         # count at the middle needs the median itself
         below = int(np.count_nonzero(C < np.float32(opts["min_chroma"])))
@@ -396,12 +409,10 @@ def _smooth_planar(crop: np.ndarray, m: np.ndarray, sigma: float = 1.0) -> np.nd
             from scipy.ndimage import gaussian_filter
 
             sm = gaussian_filter(x4, sigma=(sigma, sigma, 0), mode="nearest", truncate=4.0)
-    sm = sm.reshape(-1, 4)
-    w = sm[:, 3].take(flat)
-    for c in range(3):  # planar, channel by channel (no (N, 4) temporary)
-        np.take(sm[:, c], flat, out=out[c], mode="clip")
-        out[c] /= w
-    return np.clip(out, 0.0, 1.0, out=out)
+    px = sm.reshape(-1, 4).take(flat, axis=0)  # the skin pixels' (R m, G m, B m, m), whole rows: one gather
+    np.divide(px[:, :3].T, px[:, 3], out=out)  # planar (3, N)
+    np.maximum(out, np.float32(0.0), out=out)  # clip to [0, 1]
+    return np.minimum(out, np.float32(1.0), out=out)
 
 
 _LAB_M = None  # float32 constants of _lab_planar

@@ -18,12 +18,15 @@ Sturges bins: :func:`bootstrap_grid_modes`).
 Speed: the cell keys are whole numbers computed in float32 and the extreme cells from the extreme values (the
 cell index is monotone), the blocks are summed from the cells and the 16 x 16 blocks from the 4 x 4 ones
 (exact sums), and the Lloyd iterations run on exact cluster sums (:func:`fairvision.skin.kmeans.lloyd_exact_sums`:
-moved points only, points near a boundary only). Exact sums can put a centre one or two units in the last
-place away from a sum of rounded block means, and a fixed point can then be reached an iteration earlier
-(``n_iter``); the estimates, modes, clusters and stability are unchanged. On the bundled portraits' median
-face-mesh mask (25k pixels, ~40 Lloyd iterations on ~1,850 blocks), 1 thread, the iterations are still the
-largest part (about 1.2 ms of some 3 ms), then the 10-replicate stability bootstrap (0.65 ms, a third of it
-the binomial draws themselves); see benchmarks/bench_skin_estimator.py.
+moved points only, the centre arithmetic on Python floats). Exact sums can put a centre one or two units in the
+last place away from a sum of rounded block means, and a fixed point can then be reached an iteration earlier
+(``n_iter``); the estimates, modes, clusters and stability are unchanged. The cost is numpy's per-call overhead
+more than arithmetic: on the bundled portraits' median face-mesh mask (001.jpg, 25,642 pixels), 1 thread, the
+whole estimate with its 10-replicate stability takes about 3.3 ms, of which the Lloyd iterations about 1.2 ms
+(45 iterations, 6 on 162 blocks and 39 on 1,849 blocks at some 25-30 us each: a slow drift, other portraits
+need 8 to 16 on the finer level), the histogram, seeds, blocks and the assignment of the pixels about 1.1 ms,
+the modes 0.3 ms and the stability bootstrap 0.5 ms (a quarter of it the multinomial draws themselves); see
+benchmarks/bench_skin_estimator.py.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import numpy as np
 
 from fairvision.errors import FairvisionError
 from fairvision.skin.histogram_modes import grid_modes, sturges_bins
-from fairvision.skin.kmeans import argmin_rows, lloyd_exact_sums, nearest_two, weighted_quantile_seeds
+from fairvision.skin.kmeans import (argmin_rows, first_at_min, lloyd_exact_sums, second_within,
+                                    weighted_quantile_seeds)
 from fairvision.skin.simple_estimators import colour_result
 
 __all__ = [
@@ -248,7 +252,7 @@ def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[Th
     # quantile seeds from the cells, then Lloyd to a fixed point on blocks of 16 x 16 and then 4 x 4 cells (each
     # block at the weighted mean of its cells, so block sums are exact), each level from the previous centres
     if init_centers is None:  # the cells are in (L*, h*) order already
-        C = weighted_quantile_seeds(X, wf, k, ordered=True)
+        C = weighted_quantile_seeds(X, wf, k, ordered=True, whole=True)
     else:
         C = np.asarray(init_centers, dtype=np.float64).reshape(k, 2)
     n_iter = 0
@@ -262,9 +266,11 @@ def _thong_fit(L, h, *, k: int = 5, top: int = 3, init_centers=None) -> tuple[Th
     # wholly in one Voronoi region when its centre is closer to that region's centre than to any other by a
     # margin of more than 2 * (largest centre gap) * (half the cell diagonal); its pixels take the cell's
     # label, the pixels of the other cells are assigned one by one
-    labels, margin = nearest_two(_sq_dist_rows(X, C))  # |c|^2 - 2 c.x for every cell centre, (k, M)
+    D = _sq_dist_rows(X, C)  # |c|^2 - 2 c.x for every cell centre, (k, M)
+    best = np.minimum.reduce(D, axis=0)
+    labels = first_at_min(D, best)
     gap = float(np.sqrt(((C[:, None, :] - C[None, :, :]) ** 2).sum(axis=2)).max())
-    cut = margin <= 2.0 * gap * (0.5 * np.hypot(sL, sh) * (1 + 1e-6) + 1e-9)  # slack for rounding
+    cut = second_within(D, best, 2.0 * gap * (0.5 * np.hypot(sL, sh) * (1 + 1e-6) + 1e-9))  # slack for rounding
     table = np.empty(nL * nh, dtype=np.uint8 if 2 * k <= 255 else np.intp)  # only occupied cells are read
     code = cut.astype(table.dtype)
     code *= table.dtype.type(k)
@@ -391,20 +397,21 @@ EDGE_CELLS = 4
 
 
 def _edge_positions(hist: np.ndarray, e: int):
-    """Per row of ``hist`` (G, V): the first and the last ``e`` occupied cells (positions (G, e) each) and
-    the number of occupied cells; rows with fewer than ``2 e + 1`` occupied cells get position 0."""
-    occ = hist > 0
-    m = occ.sum(axis=1)
-    rank = np.cumsum(occ, axis=1) - 1  # rank of each occupied cell in its row
-    rows, cols = np.nonzero(occ)
-    r = rank[rows, cols]
-    left = np.zeros((hist.shape[0], e), dtype=np.intp)
-    right = np.zeros((hist.shape[0], e), dtype=np.intp)
-    sel = r < e
-    left[rows[sel], r[sel]] = cols[sel]
-    rr = m[rows] - 1 - r  # rank from the right
-    sel = rr < e
-    right[rows[sel], e - 1 - rr[sel]] = cols[sel]
+    """Per row of ``hist`` (G, V): the first and the last ``e`` occupied cells (positions (G, e) each; 0 where a
+    row has fewer than ``e`` occupied cells) and the number of occupied cells."""
+    G = hist.shape[0]
+    rows, cols = np.nonzero(hist > 0)  # row by row, left to right
+    m = np.bincount(rows, minlength=G)
+    left = np.zeros((G, e), dtype=np.intp)
+    right = np.zeros((G, e), dtype=np.intp)
+    if cols.size == 0:
+        return left, right, m
+    end = np.cumsum(m)
+    j = np.arange(e)
+    pos = (end - m)[:, None] + j  # the j-th occupied cell of each row from the left ...
+    np.copyto(left, cols.take(np.minimum(pos, cols.size - 1)), where=j < m[:, None])
+    pos = end[:, None] - e + j  # ... and the (e - 1 - j)-th from the right
+    np.copyto(right, cols.take(np.maximum(pos, 0)), where=j >= e - m[:, None])
     return left, right, m
 
 
@@ -531,7 +538,7 @@ def thong_bootstrap(fit: ThongFit, n_boot: int, rng: np.random.Generator) -> np.
         Replicate estimates of L* and signed h*.
     """
     k, top, R = fit.k, fit.top, int(n_boot)
-    n = fit.n
+    n = int(fit.sizes.sum())  # = fit.n (every pixel is in one cluster), from k numbers
     sizes = rng.multinomial(n, fit.sizes / n, size=R)  # (R, k)
     # the L* and h* histograms of all clusters as the rows of one table (padded with empty cells), drawn at once
     both = np.zeros((2 * k, max(fit.L_hist.shape[1], fit.h_hist.shape[1])), dtype=fit.L_hist.dtype)
