@@ -10,7 +10,11 @@
 3. float32 against float64 on sets built to be hard for float32 (rank-deficient, near-duplicate rows, row
    weights, a steep spectrum): relative difference of ``vendi_score`` to the float64 reference, and whether
    the float32 spectrum reached ``FLOAT32_FLOOR`` (then the matrix is recomputed in float64).
-4. EfficientNet-Lite0 embeddings (docs/METHODS.md §13.1) of the bundled portraits on 2 threads: batches of 32
+4. The arithmetic floor: how fast this core multiplies float32 matrices at all (numpy's ``X.T @ X``, which OpenBLAS
+   runs as the half-size symmetric product ssyrk, and a general sgemm of the same shape), the n d (d + 1) flops
+   every exact d x d method must do, and so the largest speed-up over ``score_dual`` that any method computing
+   ``X^T X`` in float32 could reach on this machine.
+5. EfficientNet-Lite0 embeddings (docs/METHODS.md §13.1) of the bundled portraits on 2 threads: batches of 32
    against one image at a time, in images per second (extra ``embed``; skipped without torch).
 
     python benchmarks/bench_vendi.py [--n 100000] [--d 1280] [--repeats 3] [--n-small 2000] [--n-accuracy 20000]
@@ -73,6 +77,32 @@ def compare_with_score_dual(x: np.ndarray, repeats: int) -> None:
               f"VS = {tm.result:.6f}, relative difference to float64 {abs(tm.result - ref) / ref:.1e}")
     print(f"  ratio score_dual / fairvision: CPU {theirs.cpu_median / ours.cpu_median:.2f}x, "
           f"wall {theirs.wall_median / ours.wall_median:.2f}x")
+
+
+def arithmetic_floor(x: np.ndarray, repeats: int) -> None:
+    """The float32 matrix-product rate of this core, 1 thread, and the bound it puts on any exact d x d method."""
+    from vendi_score import vendi
+
+    n, d = x.shape
+    import scipy.linalg
+
+    other = np.ascontiguousarray(x[::-1])  # a different buffer: numpy cannot take the symmetric (syrk) path
+    gram = (x.T @ x) / n
+    with pinned(1):
+        t = interleaved({"syrk": lambda: x.T @ x, "gemm": lambda: x.T @ other,
+                         "eigvalsh": lambda: scipy.linalg.eigvalsh(gram),
+                         "score_dual": lambda: float(vendi.score_dual(x))}, repeats)
+    flops = n * d * (d + 1)  # the d (d + 1) / 2 distinct entries of X^T X, n multiply-adds each
+    syrk, gemm = t["syrk"].cpu_median, t["gemm"].cpu_median
+    rate = max(flops / syrk, 2 * n * d * d / gemm)  # gemm computes all d^2 entries: 2 n d^2 flops
+    best = flops / rate + t["eigvalsh"].cpu_median  # and the cheapest eigenvalues (float32, as score_dual's)
+    print(f"arithmetic floor, {n:,} x {d:,} float32, 1 thread, {repeats} interleaved runs: X^T X (ssyrk) "
+          f"{syrk:.2f} s CPU = {flops / syrk / 1e9:.0f} GFLOP/s; general sgemm of the same shape {gemm:.2f} s = "
+          f"{2 * n * d * d / gemm / 1e9:.0f} GFLOP/s")
+    print(f"  score_dual {t['score_dual'].cpu_median:.2f} s, of which the product is {syrk / t['score_dual'].cpu_median:.0%}; "
+          f"the float32 eigenvalues of the d x d matrix take {t['eigvalsh'].cpu_median:.2f} s; any exact method that forms "
+          f"X^T X in float32 at this core's best rate and takes its eigenvalues needs >= {best:.2f} s: at most "
+          f"{t['score_dual'].cpu_median / best:.2f}x score_dual")
 
 
 def compare_with_definition(x: np.ndarray) -> None:
@@ -155,6 +185,7 @@ def main() -> None:
 
     x = clustered(args.n, args.d, rng)
     compare_with_score_dual(x, args.repeats)
+    arithmetic_floor(x, args.repeats)
     compare_with_score_dual(x[:1000], max(args.repeats, 7))
     compare_with_definition(x[: args.n_small])
     float32_accuracy(args.n_accuracy, args.d, rng)
