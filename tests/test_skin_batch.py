@@ -289,8 +289,8 @@ def test_changed_code_is_a_store_miss(few, tmp_path, monkeypatch):
 
 
 def test_deferred_second_chance_gives_the_in_process_answer(portraits):
-    """With a pool, mesh misses get their detector + dlib second chance at the end, in a second pool;
-    the rows must equal a plain in-process run."""
+    """With a pool, mesh misses get their detector + dlib second chance in a side worker while the pool
+    goes on; the rows must equal a plain in-process run."""
     sub = portraits[portraits.sample_id.isin(["001", "002", "003", "012", "024", "030"])]
     pooled = measure_images(sub, params=MEAN, settings=TWO, progress=False, categories=False)
     inline = measure_images(sub, params=MEAN, settings=ONE, progress=False, categories=False)

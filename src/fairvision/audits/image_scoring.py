@@ -20,12 +20,11 @@ import pandas as pd
 from fairvision.errors import FairvisionError, InputFileError
 from fairvision.io.images import read_image
 from fairvision.io.label_maps import read_label_map
+from fairvision.io.suffixes import IMAGE_SUFFIXES
 from fairvision.metrics.image import psnr
 from fairvision.metrics.masks import mean_dice
 from fairvision.metrics.ssim import ssim
 
-#: suffixes of the files looked at in the image folders (label maps: .png only)
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 LABEL_SUFFIXES = (".png",)
 #: PSNR of identical images is infinite; the table holds this cap instead, so `audit model` can read it
 MAX_PSNR = 100.0

@@ -2,10 +2,13 @@
 
 The audit, report and pandas imports stay inside the commands: they add about
 a second to ``fairvision --help`` (measured: 0.35 s without, 1.3-3.8 s with them).
+``skin measure`` asks the results store's whole-run memo (:mod:`fairvision.io.run_memo`) before them: a run
+whose inputs and options are unchanged writes the table of the run before without ever importing them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -18,8 +21,13 @@ from fairvision.cli.common import (
 )
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
+from fairvision.io.atomic import atomic_write_bytes, check_writable
+from fairvision.io.run_memo import memo_temp_path, read_memo, run_images, run_key, write_memo
+from fairvision.io.store_files import default_store_root, store_lock
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
+#: the results-store stage of skin measurements (fairvision.skin.batch.STAGE, not imported: see the module docstring)
+_STAGE = "skin"
 
 #: --faces: one default for every command that measures skin (fairvision.skin.batch.DEFAULT_FACES, not imported
 #: here: it brings in the vision stack), so that they share results in the store
@@ -90,14 +98,20 @@ def measure_cmd(
     flags, the skin-colour categories, and for images that could not be measured the reason. With
     --L-threshold, --hue-threshold or --ita-boundaries the categories use those values, written in the
     columns L_threshold, hue_threshold and ita_boundaries."""
-    from fairvision.engine import check_engine  # lazy imports: see the module docstring
-    from fairvision.io.tables import write_table
-    from fairvision.skin.batch import MeasureParams, measure_images
-    from fairvision.skin.batch_tables import summary_line
-    from fairvision.skin.categories import add_categories
-
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
-    L_thr, hue_thr, boundaries, category_meta = _category_options(L_threshold, hue_threshold, ita_boundaries)
+    memo = _memo_plan(source, output, store=store, no_store=no_store, cache=cache, overlays=overlays,
+                      settings=settings, masks=masks, options=dict(
+                          method=method, mask_method=mask_method, skin_label=skin_label, faces=faces,
+                          L_threshold=L_threshold, hue_threshold=hue_threshold, ita_boundaries=ita_boundaries))
+    if memo is not None and _memo_hit(memo, output):  # inputs and options unchanged: the table of that run
+        return
+    from fairvision.engine import check_engine  # lazy imports: see the module docstring
+    from fairvision.skin.batch import MeasureParams, measure_images  # light: its workers start before pandas
+
+    L_thr, hue_thr, boundaries, category_meta = None, None, None, {}
+    if L_threshold is not None or hue_threshold is not None or ita_boundaries is not None:  # checked when given:
+        # skin.categories imports pandas (0.2 s, measured), which a default run imports once its workers started
+        L_thr, hue_thr, boundaries, category_meta = _category_options(L_threshold, hue_threshold, ita_boundaries)
     params = MeasureParams(method=method, mask_method=mask_method, faces=faces, skin_label=skin_label)
     check_engine(settings.engine, settings.address)
     results = results_store(store, no_store, cache)
@@ -115,19 +129,97 @@ def measure_cmd(
             images, params=params, masks_dir=masks, settings=settings, store=results, overlays_dir=overlays,
             overlay=render_overlay, progress=advance,
         )
+    from fairvision.io.tables import write_table  # pandas: imported by measure_images meanwhile
+    from fairvision.skin.batch_tables import summary_line
+    from fairvision.skin.categories import add_categories
+
     s = df.attrs["summary"]
     if s["measured"] == 0:  # bad input (exit 2, not the gate's 1); an output of failures only is not written
         first = df.iloc[0]
         raise FairvisionError(f"{source}: no image could be measured ({s['images']:,} tried; first: "
                               f"{Path(str(first['image_path'])).name}: {first['reason']}); nothing was written")
-    if category_meta:  # the categories again with the options given (in place), and the values used
-        df = add_categories(df, L_threshold=L_thr, hue_threshold=hue_thr, ita_boundaries=boundaries)
-        df = df.assign(**category_meta)
-    write_table(df, output)
+
+    def finish(df):
+        if category_meta:  # the categories again with the options given (in place), and the values used
+            df = add_categories(df, L_threshold=L_thr, hue_threshold=hue_thr, ita_boundaries=boundaries)
+            df = df.assign(**category_meta)
+        return df
+
+    write_table(finish(df), output)
+    if memo is not None:  # the table a second run would write, for the next run with the same key
+        _memo_keep(memo, df, finish, lambda: measure_images(images, params=params, masks_dir=masks,
+                                                            settings=settings, store=results, progress=False))
     typer.echo(summary_line(s))
     typer.echo(f"table: {output.resolve()}")
     if overlays is not None:
         typer.echo(f"overlays: {overlays.resolve()}")
+
+
+@dataclass(frozen=True)
+class _Memo:
+    """A run the whole-run memo can answer (:mod:`fairvision.io.run_memo`): its store, key and images."""
+
+    root: Path
+    key: str
+    images: list
+    options: dict
+    masks: Optional[Path]
+
+
+def _memo_plan(source: Path, output: Path, *, store, no_store, cache, overlays, settings, masks, options):
+    """The memo of a ``skin measure`` run over a folder of images, one image or the bundled portraits, into a
+    results store on the local engine, without overlays; None for any other run (it takes the normal path)."""
+    if no_store or overlays is not None or str(settings.engine).lower() != "local" or settings.address:
+        return None
+    if store is not None and cache is not None and Path(store) != Path(cache):
+        return None  # the normal path says what is wrong
+    images = run_images(source)
+    if images is None:
+        return None
+    root = Path(store if store is not None else cache if cache is not None else default_store_root()).expanduser()
+    check_writable(root, kind="results store")  # as the normal path does, before any work
+    options = {**options, "source": "portraits" if str(source) == "portraits" and not source.exists() else "path",
+               "output": output.suffix.lower()}
+    key = run_key(images, options, masks=masks)
+    return None if key is None else _Memo(root, key, images, options, masks)
+
+
+def _memo_hit(memo: _Memo, output: Path) -> bool:
+    """Write the memo's table to ``output`` and say so, when the store holds one for this run's key."""
+    hit = read_memo(memo.root, memo.key, stage=_STAGE)
+    if hit is None:
+        return False
+    atomic_write_bytes(output, hit.data)
+    typer.echo(hit.summary_line())
+    typer.echo(f"table: {output.resolve()}")
+    return True
+
+
+def _memo_keep(memo: _Memo, df, finish, measure_again) -> None:
+    """After a run: keep, as the memo of its key, the bytes of the table a second run would write (every row from
+    the store). Only when every row is in the store (not for failures it does not keep: a worker error, an image
+    over the size limit) and no input changed during the run; the store's shared lock is held from before that
+    table's rows are read until the memo is written, so a consent withdrawal cannot come between."""
+    from fairvision.io.tables import write_table  # lazy imports: see the module docstring
+    from fairvision.skin.batch_tables import summary_line
+
+    flags = set(";".join(df["flags"].astype(str)).split(";"))
+    if df["image_path"].astype(str).tolist() != memo.images or flags & {"error", "image_too_large"}:
+        return
+    try:
+        with store_lock(memo.root):
+            warm = df if bool(df["from_cache"].all()) else measure_again()  # now read from the store
+            if not bool(warm["from_cache"].all()) or run_key(memo.images, memo.options, masks=memo.masks) != memo.key:
+                return
+            tmp = memo_temp_path(memo.root, memo.options["output"])
+            try:
+                write_table(finish(warm), tmp)
+                data = tmp.read_bytes()
+            finally:
+                tmp.unlink(missing_ok=True)
+            write_memo(memo.root, memo.key, data, summary=summary_line(warm.attrs["summary"]), rows=len(warm))
+    except OSError:  # a store we cannot write to: no memo, the run itself is done
+        return
 
 
 def load_or_measure(source: Path, method: str, faces: str, settings: AuditSettings, store=None):

@@ -21,6 +21,7 @@ import typer
 
 from fairvision.cli.common import check_output_file
 from fairvision.errors import FairvisionError
+from fairvision.io.run_memo import memo_usage
 
 _QUERY_SUFFIXES = (".csv", ".parquet", ".tsv", ".json", ".jsonl")
 
@@ -58,8 +59,11 @@ def info_cmd(store: Optional[Path] = _STORE):
     res = _open(store, must_exist=False)
     table = res.info()
     typer.echo(f"store: {res.root.resolve()}")
+    entries, size = memo_usage(res.root)
+    memo = (f"whole-run memo: {entries:,} table{'' if entries == 1 else 's'}, {size:,} bytes (skin measure runs "
+            "whose inputs and options are unchanged write these; fairvision store forget clears them)")
     if len(table) == 0:
-        typer.echo("(empty)")
+        typer.echo("(empty)" if not entries else memo)
         return
     foreign = res.foreign_parts()
     _print_table(table if foreign else table.drop(columns="foreign"))
@@ -67,6 +71,8 @@ def info_cmd(store: Optional[Path] = _STORE):
     if (table["parts"] > 1).any() or (table["rows"] > table["unique_rows"]).any():
         total += " (fairvision store vacuum compacts them)"
     typer.echo(total)
+    if entries or size:
+        typer.echo(memo)
     if foreign:
         typer.echo(f"{len(foreign):,} file(s) in stage folders are not the store's own: ignored by every read and "
                    "left alone by vacuum (move them out of the store)")

@@ -8,10 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from fairvision.errors import InputFileError
+from fairvision.io.suffixes import IMAGE_SUFFIXES
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, read_table
 from fairvision.schema import Schema, fairface_schema
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
 def demo_path(name: str = "") -> Path:

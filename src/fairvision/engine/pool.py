@@ -224,7 +224,9 @@ def chunk_sizes(n: int, workers: int, size: int | None = None) -> list[int]:
     return sizes
 
 
-def _context(start_method: str | None, preload: Sequence[str] = ()):
+def context_for(start_method: str | None, preload: Sequence[str] = ()):
+    """The multiprocessing context a pool starts its workers with: ``start_method``, or by default ``fork`` while
+    this process has built no model with native threads, else a fork server (``spawn`` where there is none)."""
     if start_method is None:
         # fork is fastest, but only safe before this process started model threads
         methods = mp.get_all_start_methods()
@@ -237,6 +239,58 @@ def _context(start_method: str | None, preload: Sequence[str] = ()):
         # (takes effect only if the fork server has not started yet)
         ctx.set_forkserver_preload(list(preload))
     return ctx
+
+
+def _nothing() -> None:
+    """A task that does nothing (it makes an executor start its workers)."""
+
+
+class WarmPool:
+    """Worker processes started before their items are known, for one map (:meth:`imap`).
+
+    A command that must read its inputs before it knows all of its items (a sample table, with pandas) can start
+    the workers first: they run ``initializer`` (build their models) while this process reads. With ``fork``
+    every worker starts at once; with a fork server or ``spawn`` the first one does (the executor starts the
+    others as work arrives). :meth:`close` ends workers that no map took (a run that failed before it got there).
+
+    Parameters
+    ----------
+    workers : int
+        Worker processes.
+    initializer, initargs, threads_per_worker, start_method, preload
+        As :func:`imap`.
+    """
+
+    def __init__(self, workers: int, *, initializer: Callable[..., None] | None = None, initargs: tuple = (),
+                 threads_per_worker: int | None = 1, start_method: str | None = None, preload: Sequence[str] = ()):
+        self.workers = checked_workers(workers)
+        self._setup = (threads_per_worker, initializer, initargs)
+        self._ctx = context_for(start_method, preload)
+        self._executor: ProcessPoolExecutor | None = ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=self._ctx, initializer=start_worker, initargs=self._setup,
+        )
+        self._executor.submit(_nothing)
+
+    def imap(self, fn: Callable[[Any], Any], items: Iterable[Any], *, chunksize: int | None = None,
+             ordered: bool = True, progress: Callable[[Outcome], None] | None = None,
+             max_in_flight: int | None = None) -> Iterator[Outcome]:
+        """:func:`imap` on these workers (options as there; a worker that dies is replaced as there), once.
+        The workers end when it is done."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            raise FairvisionError("a WarmPool's workers serve one map; start another WarmPool")
+        items = list(items)
+        if not items:
+            executor.shutdown(wait=False, cancel_futures=True)
+            return
+        yield from _pooled(fn, list(enumerate(items)), self.workers, chunksize, ordered, progress, max_in_flight,
+                           ctx=self._ctx, setup=self._setup, first=executor)
+
+    def close(self) -> None:
+        """End the workers, unless a map took them."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _threads_started() -> bool:
@@ -326,6 +380,15 @@ def imap(
                     progress(outcome)
                 yield outcome
         return
+    yield from _pooled(fn, indexed, workers, chunksize, ordered, progress, max_in_flight,
+                       ctx=context_for(start_method, preload), setup=(threads_per_worker, initializer, initargs))
+
+
+def _pooled(fn, indexed, workers, chunksize, ordered, progress, max_in_flight, *, ctx, setup, first=None):
+    """:func:`imap` on worker processes: ``indexed`` (index, item) pairs in chunks, the workers set up by
+    :func:`start_worker` with ``setup`` = ``(threads_per_worker, initializer, initargs)``; ``first``: an
+    executor already started (:class:`WarmPool`) for the first set of workers."""
+    n = len(indexed)
     size = int(chunksize) if chunksize else None
     if size is not None and size < 1:
         raise FairvisionError(f"chunksize must be at least 1, got {chunksize}")
@@ -334,16 +397,15 @@ def imap(
         chunks.append(indexed[start : start + s])
         start += s
     limit = max_in_flight or 4 * workers
-    ctx = _context(start_method, preload)
     emit = Reorderer(ordered, progress).emit
     next_chunk = 0
 
     fruitless = 0  # pools in a row that broke before finishing any chunk
     while next_chunk < len(chunks):
-        pool = ProcessPoolExecutor(
-            max_workers=min(workers, len(chunks)), mp_context=ctx,
-            initializer=start_worker, initargs=(threads_per_worker, initializer, initargs),
-        )
+        pool, first = first, None
+        if pool is None:
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx,
+                                       initializer=start_worker, initargs=setup)
         in_flight: dict = {}
         broken = False
         finished = 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -29,7 +30,7 @@ import numpy as np
 from fairvision.errors import InputFileError, ParameterError
 from fairvision.io.atomic import atomic_write_bytes
 from fairvision.io.limits import MAX_PIXELS_ENV, env_max_pixels
-from fairvision.io.webdataset import is_member_ref, parse_ref, read_member
+from fairvision.io.suffixes import IMAGE_SUFFIXES  # noqa: F401 - also a public name here
 
 
 #: The most pixels (width x height) one image may have; checked from the header, before decoding. Generous for
@@ -105,6 +106,21 @@ def check_image_pixels(data, where, *, max_pixels: int | None = None) -> tuple[i
     return size
 
 
+def _webdataset():
+    from fairvision.io import webdataset  # lazy: it imports pandas (0.2 s, measured), which a file does not need
+
+    return webdataset
+
+
+def _is_member_ref(path) -> bool:
+    """Whether ``path`` is a WebDataset tar member reference (:func:`fairvision.io.webdataset.is_member_ref`),
+    without importing that module for a plain path: before it is imported no ``MemberRef`` exists, and a
+    reference string starts with ``tar:``."""
+    if "fairvision.io.webdataset" not in sys.modules and not (isinstance(path, str) and path.startswith("tar:")):
+        return False
+    return _webdataset().is_member_ref(path)
+
+
 def _cv2():
     import cv2  # lazy: about 0.25 s (measured), paid only by commands that decode images
 
@@ -159,9 +175,10 @@ def read_image(path: str | os.PathLike, *, max_side: int | None = None, max_pixe
         :class:`ImageTooLargeError` (a subclass) when its header declares
         more pixels than the limit.
     """
-    if is_member_ref(path):  # a WebDataset tar member: its bytes, read at their offset in the shard
-        p = parse_ref(path).label
-        data = np.frombuffer(read_member(path), dtype=np.uint8)
+    if _is_member_ref(path):  # a WebDataset tar member: its bytes, read at their offset in the shard
+        wds = _webdataset()
+        p = wds.parse_ref(path).label
+        data = np.frombuffer(wds.read_member(path), dtype=np.uint8)
     else:
         p = Path(path)
         try:

@@ -5,6 +5,7 @@ Layout: one folder per stage under the store's root, holding immutable Parquet p
     <root>/<stage>/part-<time_ns>-<pid>-<random>.parquet
     <root>/.lock           (fcntl.flock: shared for reads and appends, exclusive for vacuum / forget)
     <root>/.journal.json   (only while a vacuum or forget commits)
+    <root>/run-memo/       (whole-run memo entries, :mod:`fairvision.io.run_memo`: not a stage; forget clears it)
 
 Every row has the same columns (:data:`SCHEMA`): ``key`` (what the row is a result *of*: a SHA-256 of the input's
 content hash and the stage's ``params_hash``), ``stage``, ``content_hash`` (SHA-256 of the image bytes, see
@@ -57,12 +58,14 @@ import pyarrow.parquet as pq
 
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes
-from fairvision.io.durable import FileLock, Journal, write_synced
+from fairvision.io.durable import Journal, write_synced
 from fairvision.io.jsonable import to_jsonable
+from fairvision.io.run_memo import clear_memos
+from fairvision.io.store_files import (  # noqa: F401 - PART_NAME, STORE_ENV: public names of this module too
+    JOURNAL_NAME, LOCK_NAME, PART_NAME, STORE_ENV, default_store_root, store_lock,
+)
 from fairvision.io.webdataset import is_member_ref, member_sha256
 
-#: environment variable naming the default store folder
-STORE_ENV = "FAIRVISION_STORE"
 #: Parquet schema of every part file
 SCHEMA = pa.schema(
     [(c, pa.string()) for c in ("key", "stage", "content_hash", "params_hash", "sample_id", "subject_id", "image_path")]
@@ -71,10 +74,6 @@ SCHEMA = pa.schema(
 META_COLUMNS = tuple(SCHEMA.names)
 #: rows that are the same result for the same sample: vacuum keeps the newest of each
 IDENTITY = ("key", "sample_id", "subject_id")
-LOCK_NAME = ".lock"
-JOURNAL_NAME = ".journal.json"
-#: the name of a part the store writes (:meth:`ResultsStore._new_part_name`): anything else is not its own
-PART_NAME = re.compile(r"^part-\d{20}-\d+-[0-9a-f]{12}\.parquet$")
 #: crash point of a vacuum / forget commit, counted by renames (:func:`fairvision.io.durable.crash_point`)
 CRASH_AFTER_RENAMES = "store.after_renames"
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -87,16 +86,6 @@ _WARNED: set[tuple] = set()  # foreign files already warned about in this proces
 
 class ForeignPartsWarning(UserWarning):  # a stage folder holds files the store did not write; they are ignored
     pass
-
-
-def default_store_root() -> Path:
-    """``$FAIRVISION_STORE``, else the user cache folder: ``$XDG_CACHE_HOME/fairvision/store`` or
-    ``~/.cache/fairvision/store``."""
-    env = os.environ.get(STORE_ENV)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fairvision" / "store"
 
 
 def open_store(root: str | os.PathLike | None = None, *, enabled: bool = True) -> "ResultsStore | None":
@@ -236,42 +225,12 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ locking
 
-    @contextlib.contextmanager
-    def _lock(self, exclusive: bool = False, *, create: bool = True, blocking: bool = True) -> Iterator[bool]:
-        """Hold the store's lock (shared or exclusive); yields False when ``blocking=False`` and it is taken.
-        Finishes a journal left by a killed vacuum / forget first."""
-        if create:
-            self.root.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.root / LOCK_NAME)
-        try:
-            lock.open()
-        except OSError:
-            if create:
-                raise
-            yield True  # a store we cannot lock (absent or read-only): read as is
-            return
-        with lock:  # closing the file releases the lock
-            if not lock.acquire(exclusive=exclusive, blocking=blocking):
-                yield False
-                return
-            if self._journal().exists():
-                if not exclusive:
-                    lock.release()
-                    lock.acquire(exclusive=True)
-                self._replay_journal()
-                if not exclusive:
-                    lock.acquire(exclusive=False)
-            yield True
+    def _lock(self, exclusive: bool = False, *, create: bool = True, blocking: bool = True):
+        """Hold the store's lock (shared or exclusive; :func:`fairvision.io.store_files.store_lock`)."""
+        return store_lock(self.root, exclusive, create=create, blocking=blocking)
 
     def _journal(self) -> Journal:
         return Journal(self.root / JOURNAL_NAME, base=self.root)
-
-    def _replay_journal(self) -> None:
-        journal = self._journal()
-        record = journal.read()
-        if record:
-            journal.roll_forward(record)
-        journal.remove()
 
     def _commit(self, renames: list[tuple[Path, Path]], deletions: list[Path]) -> None:
         """Under the exclusive lock: apply renames (temporary -> final) and deletions all or nothing."""
@@ -558,6 +517,8 @@ class ResultsStore:
         if not self.root.is_dir():
             return counts
         with self._lock(exclusive=not dry_run, create=not dry_run):
+            if not dry_run:  # whole-run memo entries hold rows of people: all go, before the rows themselves
+                clear_memos(self.root)
             con = duckdb.connect()
             try:
                 stages = self.stages()

@@ -10,9 +10,10 @@ What each image gets is a :class:`MeasureParams`; the tables in and out are
 
 - Parallel: a local process pool (:mod:`fairvision.engine`) of single-threaded
   workers that build the face mesh once each. Images the mesh misses get their
-  second chance (face detector + dlib's 68 landmarks) at the end, in a fresh
-  pool forked after dlib's model (about 0.5 s to load) was loaded here, so it
-  is loaded once per run, in the background, and only when needed.
+  second chance (face detector + dlib's 68 landmarks) while the pool runs, in a
+  side pool (:class:`fairvision.engine.SidePool`) forked at the first miss,
+  whose worker loads dlib's model (about 0.4 s of CPU) once per run, and only
+  when needed.
 - Resumable (:class:`fairvision.io.store.ResultsStore`, stage ``skin``): each
   result is kept in the results store under a key made of the SHA-256 of the
   image's bytes, the supplied mask's (if any) and :func:`params_hash` (every
@@ -31,36 +32,34 @@ What each image gets is a :class:`MeasureParams`; the tables in and out are
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import importlib
 import os
 import re
-import sys
 import threading
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable
 
 from fairvision import __version__
-from fairvision.engine import ExecutionSettings, check_engine, imap
+from fairvision.engine import ExecutionSettings, SidePool, StartedMap, WarmPool, check_engine, imap
 from fairvision.engine.cache import content_key, source_signature
+from fairvision.engine.progress import progress_reporter
 from fairvision.errors import InputFileError, ParameterError
-from fairvision.io.images import ImageTooLargeError, read_image, write_png
+from fairvision.io.images import IMAGE_SUFFIXES, ImageTooLargeError, read_image, write_png
 from fairvision.io.masks import match_masks
-from fairvision.io.store import ResultsStore, file_sha256, row_key
-from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID
-from fairvision.skin.batch_tables import result_table, sample_table
 from fairvision.skin.estimators import METHODS
 from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
 from fairvision.skin.measurement import measure
 from fairvision.vision import dlib_landmarks
 from fairvision.vision.facemesh import get_face_mesh
 from fairvision.vision.faces import preload_face_models
+from fairvision.vision.model_cache import lean_mediapipe_import
+
+if TYPE_CHECKING:  # annotations only: pandas and the store are imported where used (see measure_images)
+    import pandas as pd
+
+    from fairvision.io.store import ResultsStore
 
 __all__ = ["DEFAULT_FACES", "MeasureParams", "measure_images", "params_hash"]
 
@@ -74,6 +73,9 @@ COMPACT_PARTS = 64
 SIGNATURE_SOURCES = ("io/images.py", "skin", "vision")
 #: Worker processes when :func:`measure_images` is given no settings.
 DEFAULT_WORKERS = 2
+#: Second chances still waiting when the main pool is done above which the side pool gets more workers (each
+#: loads dlib's model again, about 0.4 s of CPU, so a short backlog stays with the one that has it).
+SIDE_BACKLOG = 32
 #: The faces measured per image unless told otherwise, by every command and by :class:`MeasureParams`: the largest
 #: face. A row of a dataset is one subject, labelled as one person; uniting every face found would pool a
 #: bystander's or a poster's skin into that person's colour (66 of the 540 bundled FairFace crops show a second
@@ -161,10 +163,12 @@ def params_hash(params: dict) -> str:
     return content_key({"v": CACHE_VERSION, "pkg": __version__, "code": code_signature(), "params": params})
 
 
-def _store_ids(df: pd.DataFrame, mask_paths: list, phash: str) -> list[tuple[str | None, str | None]]:
+def _store_ids(paths: list, mask_paths: list, phash: str) -> list[tuple[str | None, str | None]]:
     """``(store key, content hash)`` of each image; ``(None, None)`` where the image cannot be read."""
+    from fairvision.io.store import file_sha256, row_key  # lazy: DuckDB and pyarrow, for runs with a store only
+
     ids = []
-    for path, mask in zip(df[IMAGE_PATH], mask_paths):
+    for path, mask in zip(paths, mask_paths):
         content = file_sha256(str(path))
         if content is None:  # unreadable: measured (to a failure row) every time
             ids.append((None, None))
@@ -177,83 +181,21 @@ def _store_ids(df: pd.DataFrame, mask_paths: list, phash: str) -> list[tuple[str
 # --------------------------------------------------------------------------- worker
 
 
-class _DeferredModule(types.ModuleType):
-    """Stands in for a module that an import asked for but never uses: the real module is imported on the first
-    attribute read (by then the stand-in has left ``sys.modules``, so that import is an ordinary one)."""
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or sys.modules.get(self.__name__) is self:  # still standing in: not used then
-            raise AttributeError(name)
-        real = importlib.import_module(self.__name__)
-        try:
-            return getattr(real, name)
-        except AttributeError:  # a package's submodule not imported yet, or no such name
-            try:
-                return importlib.import_module(f"{self.__name__}.{name}")
-            except ModuleNotFoundError:
-                raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}") from None
-
-
-#: modules mediapipe's ``__init__`` imports that its face mesh never uses, with their cost (``python -X importtime``)
-_UNUSED_BY_THE_MESH = (
-    "matplotlib",  # with pyplot: 0.29 s, for a plotting helper of mediapipe's drawing_utils fairvision never calls
-    "matplotlib.pyplot",
-    "mediapipe.tasks",  # with tasks.python: 0.16 s, the Tasks API (audio, text, vision tasks), not the face mesh
-    "mediapipe.tasks.python",
-)
-
-
-@contextlib.contextmanager
-def _lean_mediapipe_import() -> Any:
-    """While mediapipe is imported: the modules of :data:`_UNUSED_BY_THE_MESH` not yet imported are stand-ins
-    (:class:`_DeferredModule`), which takes 0.45 s off the 0.54 s mediapipe takes to import, paid by every run that
-    measures skin. The stand-ins leave ``sys.modules`` as soon as the import is done, so any later import of those
-    modules gets the real ones; the modules left holding a stand-in (mediapipe's ``drawing_utils.plt`` and
-    ``mediapipe.tasks``) forward every attribute to the real module, imported then.
-    """
-    if "mediapipe" in sys.modules:
-        yield
-        return
-    stubs = {name: _DeferredModule(name) for name in _UNUSED_BY_THE_MESH if name not in sys.modules}
-    for name, stub in stubs.items():  # ``import a.b as c`` reads ``b`` off the package ``a``
-        parent, _, child = name.rpartition(".")
-        if parent in stubs:
-            setattr(stubs[parent], child, stub)
-    sys.modules.update(stubs)
-    try:
-        yield
-    finally:
-        for name, stub in stubs.items():
-            if sys.modules.get(name) is stub:
-                del sys.modules[name]
-        mp = sys.modules.get("mediapipe")
-        if mp is not None and "mediapipe.tasks" in stubs:
-            # the real package (an empty __init__), so that importing its submodules later does not rebind
-            # ``mediapipe.tasks``, which mediapipe binds to ``mediapipe.tasks.python`` (the stand-in, forwarding)
-            importlib.import_module("mediapipe.tasks")
-            mp.tasks = stubs["mediapipe.tasks.python"]
-
-
 def _init_worker(params: dict) -> None:
     """Build the face models once per process (construction is the slow part)."""
     mm = params["mask_method"]
     if mm in ("mediapipe", "auto"):
-        with _lean_mediapipe_import():
+        with lean_mediapipe_import():
             get_face_mesh(params["max_faces"], 0.5)
     if mm in ("dlib", "auto"):
         dlib_landmarks.get_model("detector")
         dlib_landmarks.get_model("predictor")
 
 
-def _load_dlib_predictor(lock: bool = True) -> None:
-    """Load dlib's 68-landmark model into this process's cache (for forked workers to inherit).
-
-    ``lock=False`` does not hold the model cache's lock while loading, so that a
-    worker forked meanwhile does not inherit a held lock (it simply has no model
-    and loads its own if it ever needs one).
-    """
+def _load_dlib_predictor() -> None:
+    """Load dlib's 68-landmark model into this process's cache (for forked workers to inherit)."""
     try:
-        dlib_landmarks.get_model("predictor", lock=lock)
+        dlib_landmarks.get_model("predictor")
     except Exception:  # noqa: BLE001 - dlib missing: the mask step reports it per image
         pass
 
@@ -287,13 +229,14 @@ def _measure_one(task: dict) -> dict:
     elif params["mask_method"] == "colour":
         mres = skin_mask(image, "colour", min_pixels=params["min_pixels"])
     else:
-        extra = {"detector_fallback": False} if task.get("defer_fallback") else {}
+        defer = task.get("defer_fallback") and not task.get("mesh_missed")  # mesh_missed: the second chance
+        extra = {"mesh_missed": True} if task.get("mesh_missed") else {"detector_fallback": False} if defer else {}
         mres = skin_mask(
             image, params["mask_method"], faces=params["faces"], max_faces=params["max_faces"],
             min_pixels=params["min_pixels"], **extra,
         )
-        if extra and mres.reason == "no face found":
-            return {"_retry": True}  # second chance later, in the second pool (see _Batch.run)
+        if defer and mres.reason == "no face found":
+            return {"_retry": True}  # its second chance goes to the side pool (see _Batch.run)
     meas = None
     if mres.ok:
         meas = measure(image, mask=mres.mask, method=params["method"], mask_trust=mres.trust, **params["measure_options"])
@@ -319,36 +262,6 @@ def _measure_one(task: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- driver
-
-
-def _progress_reporter(progress, total: int):
-    """Return (callback(outcome), close()) for True / False / a callable(done, total)."""
-    if callable(progress):
-        state = {"done": 0}
-
-        def cb(_):
-            state["done"] += 1
-            progress(state["done"], total)
-
-        return cb, lambda: None
-    if not progress:
-        return None, lambda: None
-    from rich.console import Console  # lazy: rich.progress is 20-50 ms to import (measured), for a bar only
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    console = Console(stderr=True)
-    if not console.is_terminal:  # off a terminal a bar only leaves a blank line in the log
-        return None, lambda: None
-    bar = Progress(
-        TextColumn("measuring skin colour"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=console, transient=True,
-    )
-    try:
-        bar.start()
-    except Exception:  # rich.errors.LiveError: another live display (a status spinner) is active
-        return None, lambda: None
-    task = bar.add_task("skin", total=total)
-    return (lambda _: bar.advance(task)), bar.stop
 
 
 def measure_images(
@@ -413,24 +326,56 @@ def measure_images(
         ``from_cache`` (True: read from the store), the category columns and the input table's other
         columns. ``df.attrs["summary"]`` counts measured / no face / failed.
     """
-    df = sample_table(table_or_paths)
     params = _checked_params(params or MeasureParams(), masks_dir, overlays_dir, overlay)
-    mask_paths: list[str | None] = [None] * len(df)
-    if masks_dir is not None:
-        mask_paths = match_masks(masks_dir, df[SAMPLE_ID], df[IMAGE_PATH])
-    if store is not None and not isinstance(store, ResultsStore):
-        store = ResultsStore(store)
-    overlays = Path(overlays_dir) if overlays_dir is not None else None
-    if overlays is not None:
-        overlays.mkdir(parents=True, exist_ok=True)
-    if params.mask_method in ("mediapipe", "dlib", "auto"):
-        from fairvision.vision.faces import mark_used  # lazy: the finder runs in the workers, or ran for the store
+    early = _start_early(table_or_paths, params.to_dict(), settings, store is None and masks_dir is None
+                         and overlays_dir is None)
+    try:
+        # lazy: pandas and pyarrow (and DuckDB for a store), about 0.3 s (measured), imported while the pool works
+        from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID
+        from fairvision.skin.batch_tables import result_table, sample_table
 
-        mark_used()  # the report names the face finder, also when every result comes from the store
-    batch = _Batch(df, params.to_dict(), store)
-    batch.plan(mask_paths, overlays, overlay)
-    batch.run(settings, progress)
+        df = sample_table(table_or_paths)
+        mask_paths: list[str | None] = [None] * len(df)
+        if masks_dir is not None:
+            mask_paths = match_masks(masks_dir, df[SAMPLE_ID], df[IMAGE_PATH])
+        if store is not None:
+            from fairvision.io.store import ResultsStore
+
+            store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+        overlays = Path(overlays_dir) if overlays_dir is not None else None
+        if overlays is not None:
+            overlays.mkdir(parents=True, exist_ok=True)
+        if params.mask_method in ("mediapipe", "dlib", "auto"):
+            from fairvision.vision.faces import mark_used  # lazy: the finder runs in the workers, or ran for the store
+
+            mark_used()  # the report names the face finder, also when every result comes from the store
+        batch = _Batch(df, params.to_dict(), store)
+        batch.plan(mask_paths, overlays, overlay)
+        batch.run(settings, progress, early=early)
+    finally:
+        if early is not None:
+            early.close()
     return result_table(df, batch.records, categories)
+
+
+def _engine(settings: ExecutionSettings | None) -> tuple[str, str | None, int]:
+    """``(engine, address, workers)`` of a run."""
+    if settings is None:
+        return "local", None, DEFAULT_WORKERS
+    return check_engine(settings.engine, settings.address), settings.address, max(1, int(settings.workers))
+
+
+def _prepare_fork(mask_method: str) -> None:
+    """Import the face models' libraries here (and load dlib's model where every image needs it), so that
+    forked workers inherit them instead of each importing or loading its own."""
+    loader: threading.Thread | None = None
+    if mask_method in ("auto", "dlib"):  # needed from the start: load once, then fork
+        loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
+        loader.start()
+    with lean_mediapipe_import():
+        preload_face_models(mask_method)  # import once here; forked workers inherit the modules
+    if loader is not None:
+        loader.join()
 
 
 def _checked_params(params: MeasureParams, masks_dir, overlays_dir, overlay) -> MeasureParams:
@@ -447,13 +392,79 @@ def _checked_params(params: MeasureParams, masks_dir, overlays_dir, overlay) -> 
     return params
 
 
+def _early_paths(source) -> list[str]:
+    """The image paths of ``source`` where they are known without reading a table: a folder's image files (as
+    :func:`~fairvision.skin.batch_tables.sample_table` lists them), a table in memory's ``image_path`` column, a
+    list's paths; [] otherwise. A hint only: the run matches results to its table's rows by path."""
+    if isinstance(source, (str, os.PathLike)):
+        if not os.path.isdir(source):
+            return []
+        folder = Path(source).resolve()
+        return [str(p) for p in sorted(folder.glob("*")) if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+    columns = getattr(source, "columns", None)
+    if columns is not None:  # a DataFrame: pandas is imported already
+        from fairvision.io.tables import IMAGE_PATH
+
+        return [str(p) for p in source[IMAGE_PATH]] if IMAGE_PATH in columns else []
+    if isinstance(source, (list, tuple)):
+        return [os.path.abspath(str(x)) for x in source]
+    return []
+
+
+class _Early:
+    """The main pool of a run, started on the images of :func:`_early_paths` before the sample table is read,
+    and its side pool for second chances, fed from the map's helper thread (outcomes are indexed by ``paths``)."""
+
+    def __init__(self, paths: list[str], params: dict, workers: int, defer: bool):
+        self.paths = paths
+        self.tasks = [{"image_path": p, "mask_path": None, "overlay_path": None, "params": params, "overlay": None}
+                      for p in paths]
+        # both forked here, in this thread, before it imports anything while the map's thread runs (see
+        # fairvision.engine.background); the side worker builds nothing before its first second chance
+        self.side = SidePool(_measure_one, workers=1, preload=_PRELOAD)
+        if defer:
+            self.side.start()
+        self._warm = WarmPool(workers, initializer=_init_worker, initargs=(params,), preload=_PRELOAD)
+        first = [dict(t, defer_fallback=True) for t in self.tasks] if defer else self.tasks
+        self.outcomes = StartedMap(self._warm.imap(_measure_one, first, ordered=False), route=self._route)
+
+    def _route(self, outcome) -> bool:
+        """A mesh miss goes to the side pool at once (in the map's thread)."""
+        if outcome.ok and outcome.value.get("_retry"):
+            self.side.submit(outcome.index, dict(self.tasks[outcome.index], mesh_missed=True))
+            return True
+        return False
+
+    def close(self) -> None:
+        self.outcomes.close()
+        self._warm.close()
+        self.side.close()
+
+
+def _start_early(source, params: dict, settings: ExecutionSettings | None, plain: bool) -> _Early | None:
+    """The run's pool, started before the sample table is read (pandas, about 0.3 s, measured), so that the
+    workers measure meanwhile, for a ``plain`` run (no results store, supplied masks or overlays) on the local
+    pool whose images :func:`_early_paths` knows; None for any other run."""
+    engine, _, workers = _engine(settings)
+    if not plain or engine != "local" or workers < 2:
+        return None
+    paths = _early_paths(source)
+    if len(paths) < 2:
+        return None
+    _prepare_fork(params["mask_method"])
+    return _Early(paths, params, workers, defer=params["mask_method"] == "mediapipe")
+
+
 class _Batch:
     """One run of :func:`measure_images`: a record per image (read from the store, or measured), and the images
     still to measure (``tasks``, each with its row index, store key and content hash in ``slots``)."""
 
     def __init__(self, df: pd.DataFrame, params: dict, store: ResultsStore | None):
+        from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, SUBJECT_ID  # lazy: pandas (see measure_images)
+
         self.df, self.params, self.store = df, params, store
         self.records: list[dict | None] = [None] * len(df)
+        self.sample_ids, self.paths = df[SAMPLE_ID].tolist(), [str(p) for p in df[IMAGE_PATH]]
         self.subjects = df[SUBJECT_ID].tolist() if SUBJECT_ID in df.columns else [None] * len(df)
         self.phash = params_hash(params) if store is not None else None
         self.tasks: list[dict] = []
@@ -461,11 +472,12 @@ class _Batch:
 
     def plan(self, mask_paths: list, overlays: Path | None, overlay: Callable | None) -> None:
         """Take every image the store has (with its overlay, when one is asked for); make a task of the others."""
-        df, store = self.df, self.store
-        ids = _store_ids(df, mask_paths, self.phash) if store is not None else [(None, None)] * len(df)
+        import pandas as pd  # lazy: see measure_images
+
+        store = self.store
+        ids = _store_ids(self.paths, mask_paths, self.phash) if store is not None else [(None, None)] * len(self.paths)
         hits = store.get_many(STAGE, (key for key, _ in ids)) if store is not None else {}
-        for i, (sid, path) in enumerate(zip(df[SAMPLE_ID], df[IMAGE_PATH])):
-            path = str(path)
+        for i, (sid, path) in enumerate(zip(self.sample_ids, self.paths)):
             ov = str(overlays / f"{_safe_name(sid)}.png") if overlays is not None else None
             key, content = ids[i]
             hit = hits.get(key) if key is not None else None
@@ -491,65 +503,82 @@ class _Batch:
             rec = outcome.value
             if key is not None and rec.get("flags") != "image_too_large":
                 self.store.put(STAGE, key, {k: v for k, v in rec.items() if k != "overlay_path"}, content_hash=content,
-                               params_hash=self.phash, sample_id=self.df[SAMPLE_ID].iat[i],
-                               subject_id=self.subjects[i], image_path=self.df[IMAGE_PATH].iat[i])
+                               params_hash=self.phash, sample_id=self.sample_ids[i],
+                               subject_id=self.subjects[i], image_path=self.paths[i])
         else:
             f = outcome.failure
             rec = {"ok": False, "reason": f"{f.error}: {f.message}" if f.message else f.error, "flags": "error",
                    "mask_method": self.params["mask_method"], "n_pixels": 0}
         self.records[i] = {**rec, "from_cache": False}
 
-    def run(self, settings: ExecutionSettings | None, progress) -> None:
+    def run(self, settings: ExecutionSettings | None, progress, early: _Early | None = None) -> None:
         """Measure the tasks on the engine, keeping each result as it arrives.
 
-        With a pool and the mediapipe mask, images the face mesh misses are set aside and given their second
-        chance (detector + dlib's 68 landmarks) at the end, by a second pool: dlib's model takes ~0.5 s of CPU to
-        load, so it is loaded once, in this process, in a background thread as soon as the first miss shows up
-        (it holds the GIL while it loads; the workers go on with the chunks already queued), and inherited by
-        every worker of the second pool, forked after it. Ray actors are not forked from this process (a second
-        pass would start a new actor): they fall back in place.
+        With a pool and the mediapipe mask, images the face mesh misses get their second chance (the finder's
+        later stages: detector + dlib's 68 landmarks) in a side pool (:class:`fairvision.engine.SidePool`)
+        while the main pool goes on: one worker, forked at the first miss, that loads dlib's model (about 0.4 s
+        of CPU) once and builds no face mesh, since the mesh already missed (``mesh_missed``). Nothing here
+        waits for that model, and a run without misses never loads it. A long backlog of second chances once
+        the main pool is done gets more side workers (:data:`SIDE_BACKLOG`). Ray actors are not forked from
+        this process: they fall back in place. ``early``: the pool :func:`_start_early` started; its results
+        are the tasks' of the same image path, and tasks it did not have go to a pool of their own.
         """
         tasks, params = self.tasks, self.params
-        engine, address, workers = ("local", None, DEFAULT_WORKERS) if settings is None else \
-            (settings.engine, settings.address, settings.workers)
-        workers = max(1, int(workers))
+        engine, address, workers = _engine(settings)
         defer = workers > 1 and engine == "local" and params["mask_method"] == "mediapipe" and len(tasks) > 1
-        loader: threading.Thread | None = None
         if tasks and workers > 1:
-            if params["mask_method"] in ("auto", "dlib"):  # needed from the start: load once, then fork
-                loader = threading.Thread(target=_load_dlib_predictor, daemon=True)
-                loader.start()
-            with _lean_mediapipe_import():
-                preload_face_models(params["mask_method"])  # import once here; forked workers inherit the modules
-            if loader is not None:
-                loader.join()
-        callback, close = _progress_reporter(progress, len(tasks))
+            _prepare_fork(params["mask_method"])
+        callback, close = progress_reporter(progress, len(tasks), "measuring skin colour")
 
         def keep(t: int, outcome) -> None:
             self.record(t, outcome)
             if callback is not None:  # after the store write, so an interrupt loses nothing finished
                 callback(outcome)
 
-        run = dict(initializer=_init_worker, initargs=(params,), ordered=False, preload=_PRELOAD,
-                   engine=check_engine(engine, address), address=address)
-        retry: list[int] = []
+        side = SidePool(_measure_one, workers=1, preload=_PRELOAD) if defer else None
+
+        def take(t: int, outcome) -> None:
+            if outcome.ok and outcome.value.get("_retry"):
+                side.submit(t, dict(tasks[t], mesh_missed=True))
+            else:
+                keep(t, outcome)
+            for second in side.ready() if side is not None else ():
+                keep(second.index, second)
+
+        def keep_second(outcome) -> None:
+            keep(outcome.index, outcome)
+
         try:
-            first = [dict(t, defer_fallback=True) for t in tasks] if defer else tasks
-            for outcome in imap(_measure_one, first, workers=workers, **run):
-                if outcome.ok and outcome.value.get("_retry"):
-                    retry.append(outcome.index)
-                    if loader is None:
-                        loader = threading.Thread(target=_load_dlib_predictor, args=(False,), daemon=True)
-                        loader.start()
+            rest = list(range(len(tasks)))
+            if early is not None:
+                by_path: dict[str, list[int]] = {}
+                for t, task in enumerate(tasks):
+                    by_path.setdefault(task["image_path"], []).append(t)
+
+                def take_early(outcome) -> None:  # indexed by early.paths
+                    for t in by_path.pop(early.paths[outcome.index], ()):
+                        take(t, outcome)
+
+                for outcome in early.outcomes:
+                    take_early(outcome)
+                    for second in early.side.ready():
+                        take_early(second)
+                known = set(early.paths)
+                rest = sorted(t for path, ts in by_path.items() if path not in known for t in ts)
+            first = [dict(tasks[t], defer_fallback=True) if defer else tasks[t] for t in rest]
+            for outcome in imap(_measure_one, first, workers=workers, initializer=_init_worker, initargs=(params,),
+                                ordered=False, preload=_PRELOAD, engine=engine, address=address):
+                take(rest[outcome.index], outcome)
+            for pool, handle in ((early.side, take_early) if early is not None else (None, None), (side, keep_second)):
+                if pool is None:
                     continue
-                keep(outcome.index, outcome)
-            if retry:
-                loader.join()
-                second = [tasks[t] for t in retry]
-                # every worker forked now inherits the model loaded here, so the second chances share the workers
-                for outcome in imap(_measure_one, second, workers=min(workers, len(second)), in_process=False, **run):
-                    keep(retry[outcome.index], outcome)
+                if pool.backlog > SIDE_BACKLOG and workers > 1:  # the main pool's cores are free now
+                    pool.widen(workers - 1)
+                for second in pool.drain():
+                    handle(second)
         finally:
+            if side is not None:
+                side.close()
             close()
             if self.store is not None:
                 self.store.flush()  # what finished is kept, also when interrupted

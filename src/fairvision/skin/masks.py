@@ -204,17 +204,22 @@ def mediapipe_mask(
     detector_fallback: bool = True,
     faces: str = "all",
     min_pixels: int = MIN_PIXELS,
+    mesh_missed: bool = False,
 ) -> MaskResult:
     """Face-mesh skin mask: face oval minus eyes, eyebrows and lips, for every face.
 
     Faces come from the face finder (:func:`fairvision.vision.faces.find_faces`, docs/METHODS.md §2.5). With
     ``detector_fallback`` an image where the mesh finds no face goes on to the finder's later stages: the
     mediapipe face detector's best box with dlib's 68 landmarks (``sources == ["detector+dlib"]``), then dlib's
-    HOG detector (``"dlib"``); those faces get the BiasPainter polygon.
+    HOG detector (``"dlib"``); those faces get the BiasPainter polygon. ``mesh_missed=True`` says that the mesh
+    already ran on this image with these settings and found no face (a second chance given later, in another
+    process): the finder starts at its second stage, with the answer of a run from the first.
     """
     from fairvision.vision.faces import ORDER, find_faces
 
     stages = ORDER if detector_fallback else ORDER[:1]
+    if mesh_missed:  # the mesh is deterministic: running it again would find nothing again
+        stages = stages[1:]
     try:
         found = find_faces(image_rgb, max_faces=max_faces, min_confidence=min_confidence, stages=stages)
     except (FairvisionError, ImportError) as exc:  # dlib or its model missing, needed by a later stage
@@ -274,7 +279,7 @@ def skin_mask(image_rgb: np.ndarray, method: str = "mediapipe", **kw) -> MaskRes
     **kw
         Passed to the method: ``min_pixels``; ``faces`` (``"all"`` or
         ``"largest"``) and ``max_faces`` for the landmark methods;
-        ``detector_fallback`` and ``min_confidence`` for ``mediapipe``;
+        ``detector_fallback``, ``min_confidence`` and ``mesh_missed`` for ``mediapipe``;
         ``upsample`` for ``dlib``; ``path`` (required) and ``skin_label`` for ``file``.
 
     Returns
