@@ -267,3 +267,14 @@ def test_landmarks_read_from_the_wire_bytes_equal_the_attribute_reads():
     odd.landmark.add(x=0.25, y=-1.5)
     odd.landmark.add(x=3.0, y=0.125, z=0.5, visibility=0.9)
     assert landmark_xy(odd).tolist() == [[0.25, -1.5], [3.0, 0.125]]
+
+
+def test_a_missing_source_is_refused_before_the_heavy_imports(tmp_path):
+    """``skin measure`` on a path that does not exist: one line, exit 2, before numpy, pandas or mediapipe load."""
+    code = ("import sys; from fairvision.cli import main; "
+            f"rc = main(['skin', 'measure', {str(tmp_path / 'nowhere')!r}, '-o', {str(tmp_path / 'o.parquet')!r}]); "
+            "print(rc, *(int(m in sys.modules) for m in ('numpy', 'pandas', 'mediapipe')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "0", "0", "0"], proc.stdout + proc.stderr
+    assert proc.stderr.strip() == f"error: {tmp_path / 'nowhere'}: no such file or folder"
+    assert not (tmp_path / "o.parquet").exists()

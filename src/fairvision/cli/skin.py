@@ -99,6 +99,9 @@ def measure_cmd(
     --L-threshold, --hue-threshold or --ita-boundaries the categories use those values, written in the
     columns L_threshold, hue_threshold and ita_boundaries."""
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
+    bundled = str(source) in ("portraits", "demo") and not source.exists()  # the bundled portraits / FairFace sample
+    if not bundled and not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace
+        raise FairvisionError(f"{source}: no such file or folder")  # pattern is resolved by the reader
     memo = _memo_plan(source, output, store=store, no_store=no_store, cache=cache, overlays=overlays,
                       settings=settings, masks=masks, options=dict(
                           method=method, mask_method=mask_method, skin_label=skin_label, faces=faces,
@@ -119,11 +122,7 @@ def measure_cmd(
     if overlays is not None:
         check_outdir(overlays)
         from fairvision.report.overlays import render_overlay  # lazy: the report package, 0.085 s (measured)
-    images = source
-    if str(source) in ("portraits", "demo") and not source.exists():  # the bundled portraits / FairFace sample
-        images = image_table(str(source))
-    elif not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace pattern: resolved by the reader
-        raise FairvisionError(f"{source}: no such file or folder")
+    images = image_table(str(source)) if bundled else source
     with progress_bar("measuring skin colour", progress) as advance:  # a bar on a terminal, a stage line in a log
         df = measure_images(
             images, params=params, masks_dir=masks, settings=settings, store=results, overlays_dir=overlays,
