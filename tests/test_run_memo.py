@@ -174,7 +174,8 @@ def test_forget_clears_the_memo_and_the_stage_scan_ignores_it(folder, tmp_path, 
     res.forget("nobody", dry_run=True)
     assert len(_memo_files(store)) == 1
     res.forget("nobody")  # the memo may hold anyone's rows: every entry goes
-    assert _memo_files(store) == [] and not list((store / MEMO_DIR).iterdir())
+    left = [p.name for p in (store / MEMO_DIR).iterdir()]
+    assert _memo_files(store) == [] and left == [run_memo.GENERATION_NAME]  # a token, no rows
 
 
 def test_no_memo_when_a_row_is_not_in_the_store(folder, tmp_path, monkeypatch, capsys):
@@ -282,3 +283,43 @@ def test_a_store_with_a_foreign_file_takes_the_normal_path_and_warns(folder, tmp
         assert _measure(folder, tmp_path / "b.parquet", store) == 0
     assert "inputs unchanged" not in capsys.readouterr().out
     assert (tmp_path / "a.parquet").exists() and len(pd.read_parquet(tmp_path / "b.parquet")) == 3
+
+
+def test_a_withdrawal_during_a_run_leaves_no_memo_of_what_it_read(folder, tmp_path, monkeypatch, capsys):
+    """``forget`` between a run's store reads and its memo: the memo would keep the withdrawn rows, so none is
+    written (the generation token the run read before reading the store has been renewed)."""
+    import fairvision.skin.batch as batch
+
+    store = tmp_path / "store"
+    assert _measure(folder, tmp_path / "a.parquet", store) == 0  # fills the store and leaves a memo
+    shutil.rmtree(store / MEMO_DIR)  # the next run reads every row from the store and would keep a memo
+    measure = batch.measure_images
+
+    def measure_then_withdraw(*args, **kwargs):
+        df = measure(*args, **kwargs)
+        ResultsStore(store).forget("nobody")  # takes the exclusive lock, as a consent withdrawal does
+        return df
+
+    monkeypatch.setattr(batch, "measure_images", measure_then_withdraw)
+    gen = run_memo.memo_generation(store)
+    assert _measure(folder, tmp_path / "b.parquet", store) == 0
+    assert "(3 from the store)" in capsys.readouterr().out
+    assert _memo_files(store) == [] and run_memo.memo_generation(store) not in ("", gen)
+    monkeypatch.setattr(batch, "measure_images", measure)
+    assert _measure(folder, tmp_path / "c.parquet", store) == 0  # with no withdrawal, the memo comes back
+    assert len(_memo_files(store)) == 1
+
+
+def test_a_stage_emptied_by_hand_is_a_miss(folder, tmp_path, capsys, code_at_start):
+    """The rows a memo holds must still be in the store: with the stage's parts deleted, the run measures again."""
+    store = tmp_path / "store"
+    assert _measure(folder, tmp_path / "a.parquet", store) == 0
+    assert _measure(folder, tmp_path / "b.parquet", store) == 0
+    assert _expect_hit(capsys.readouterr().out, code_at_start)
+    for part in (store / "skin").glob("*.parquet"):  # the folder stays, empty
+        part.unlink()
+    assert not run_memo.stage_answers(store, "skin")
+    assert _measure(folder, tmp_path / "c.parquet", store) == 0
+    printed = capsys.readouterr().out
+    assert "inputs unchanged" not in printed and "from the store" not in printed
+    assert not pd.read_parquet(tmp_path / "c.parquet")["from_cache"].any()

@@ -22,7 +22,7 @@ from fairvision.cli.common import (
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes, check_writable
-from fairvision.io.run_memo import memo_temp_path, read_memo, run_images, run_key, write_memo
+from fairvision.io.run_memo import memo_generation, memo_temp_path, read_memo, run_images, run_key, write_memo
 from fairvision.io.store_files import default_store_root, store_lock
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
@@ -99,9 +99,8 @@ def measure_cmd(
     --L-threshold, --hue-threshold or --ita-boundaries the categories use those values, written in the
     columns L_threshold, hue_threshold and ita_boundaries."""
     check_output_file(output, _OUTPUT_SUFFIXES)  # before any work
+    # (a source that does not exist was refused before this body ran: cli.startup.check_first)
     bundled = str(source) in ("portraits", "demo") and not source.exists()  # the bundled portraits / FairFace sample
-    if not bundled and not source.exists() and not str(source).lower().endswith(".tar"):  # a .tar glob / brace
-        raise FairvisionError(f"{source}: no such file or folder")  # pattern is resolved by the reader
     memo = _memo_plan(source, output, store=store, no_store=no_store, cache=cache, overlays=overlays,
                       settings=settings, masks=masks, options=dict(
                           method=method, mask_method=mask_method, skin_label=skin_label, faces=faces,
@@ -163,6 +162,7 @@ class _Memo:
     images: list
     options: dict
     masks: Optional[Path]
+    generation: str  # the memo's generation token before the run read the store (a withdrawal renews it)
 
 
 def _memo_plan(source: Path, output: Path, *, store, no_store, cache, overlays, settings, masks, options):
@@ -179,8 +179,9 @@ def _memo_plan(source: Path, output: Path, *, store, no_store, cache, overlays, 
     check_writable(root, kind="results store")  # as the normal path does, before any work
     options = {**options, "source": "portraits" if str(source) == "portraits" and not source.exists() else "path",
                "output": output.suffix.lower()}
+    generation = memo_generation(root)  # before this run reads the store
     key = run_key(images, options, masks=masks)
-    return None if key is None else _Memo(root, key, images, options, masks)
+    return None if key is None else _Memo(root, key, images, options, masks, generation)
 
 
 def _memo_hit(memo: _Memo, output: Path) -> bool:
@@ -197,8 +198,10 @@ def _memo_hit(memo: _Memo, output: Path) -> bool:
 def _memo_keep(memo: _Memo, df, finish, measure_again) -> None:
     """After a run: keep, as the memo of its key, the bytes of the table a second run would write (every row from
     the store). Only when every row is in the store (not for failures it does not keep: a worker error, an image
-    over the size limit) and no input changed during the run; the store's shared lock is held from before that
-    table's rows are read until the memo is written, so a consent withdrawal cannot come between."""
+    over the size limit), no input changed during the run and no consent withdrawal came since the run began
+    (the memo's generation token is the one read before the run read the store, checked under the store's
+    shared lock, which is held until the memo is written). The memo is a bonus: any failure here leaves the
+    finished run as it is."""
     from fairvision.io.tables import write_table  # lazy imports: see the module docstring
     from fairvision.skin.batch_tables import summary_line
 
@@ -207,6 +210,8 @@ def _memo_keep(memo: _Memo, df, finish, measure_again) -> None:
         return
     try:
         with store_lock(memo.root):
+            if memo_generation(memo.root) != memo.generation:  # a withdrawal since the run began
+                return
             warm = df if bool(df["from_cache"].all()) else measure_again()  # now read from the store
             if not bool(warm["from_cache"].all()) or run_key(memo.images, memo.options, masks=memo.masks) != memo.key:
                 return
@@ -217,7 +222,7 @@ def _memo_keep(memo: _Memo, df, finish, measure_again) -> None:
             finally:
                 tmp.unlink(missing_ok=True)
             write_memo(memo.root, memo.key, data, summary=summary_line(warm.attrs["summary"]), rows=len(warm))
-    except OSError:  # a store we cannot write to: no memo, the run itself is done
+    except Exception:  # (not an interrupt) a store we cannot write to, a reread that failed: no memo
         return
 
 

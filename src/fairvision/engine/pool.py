@@ -241,7 +241,7 @@ def context_for(start_method: str | None, preload: Sequence[str] = ()):
     return ctx
 
 
-def _nothing() -> None:
+def noop_task() -> None:
     """A task that does nothing (it makes an executor start its workers)."""
 
 
@@ -269,7 +269,7 @@ class WarmPool:
         self._executor: ProcessPoolExecutor | None = ProcessPoolExecutor(
             max_workers=self.workers, mp_context=self._ctx, initializer=start_worker, initargs=self._setup,
         )
-        self._executor.submit(_nothing)
+        self._executor.submit(noop_task)
 
     def imap(self, fn: Callable[[Any], Any], items: Iterable[Any], *, chunksize: int | None = None,
              ordered: bool = True, progress: Callable[[Outcome], None] | None = None,

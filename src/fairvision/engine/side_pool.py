@@ -26,17 +26,13 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterator, Sequence
 
-from fairvision.engine.pool import Failure, Outcome, context_for, one_line, run_chunk, start_worker
+from fairvision.engine.pool import Failure, Outcome, context_for, noop_task, one_line, run_chunk, start_worker
 
 #: items sent to each worker ahead of its results (the rest wait here): enough that a worker never idles between
 #: two polls of the caller, few enough that a dying worker fails few of them
 IN_FLIGHT_PER_WORKER = 8
 
 _DIED = "worker process died or its initialiser failed"
-
-
-def _nothing() -> None:
-    """A task that does nothing (it makes an executor fork its workers)."""
 
 
 class _Lane:
@@ -95,7 +91,7 @@ class SidePool:
         with self._lock:
             if not self._lanes:
                 self._open(self.workers)
-                self._lanes[-1].executor.submit(_nothing)
+                self._lanes[-1].executor.submit(noop_task)
 
     def submit(self, index: int, item: Any) -> None:
         """Queue ``item`` (its outcome carries ``index``); the workers start on the first call."""

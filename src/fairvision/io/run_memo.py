@@ -38,15 +38,18 @@ from pathlib import Path
 from fairvision import __version__
 from fairvision.io.atomic import atomic_write_bytes
 from fairvision.io.durable import fsync_dir
-from fairvision.io.store_files import PART_NAME, default_store_root, store_lock
+from fairvision.io.store_files import PART_NAME, local_file_sha256, store_lock
 from fairvision.io.suffixes import IMAGE_SUFFIXES
 
-__all__ = ["MEMO_DIR", "MemoHit", "bundled_folder", "clear_memos", "hash_files", "has_foreign_names", "memo_temp_path",
-           "memo_usage", "package_signature", "read_memo", "run_images", "run_key", "write_memo"]
+__all__ = ["MEMO_DIR", "MemoHit", "bundled_folder", "clear_memos", "hash_files", "memo_generation", "memo_temp_path",
+           "memo_usage", "package_signature", "read_memo", "run_images", "run_key", "stage_answers", "write_memo"]
 
 #: the memo's folder under the store's root: not a stage name (stages are ``[a-z][a-z0-9_]*``)
 MEMO_DIR = "run-memo"
 MEMO_SUFFIX = ".memo"
+#: a token in the memo folder that every consent withdrawal renews (:func:`clear_memos`): a run keeps its memo only
+#: when the token is the one it read before it read the store (:func:`memo_generation`)
+GENERATION_NAME = "generation"
 #: memo files kept; writing one more removes the oldest
 MAX_ENTRIES = 64
 #: bump when what a memo holds, or how its key is made, changes
@@ -58,25 +61,6 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------- key
-
-
-def _sha256_file(path: str | os.PathLike) -> str | None:
-    """SHA-256 of a file's bytes (the content hash the store keys images by); None when it cannot be read.
-    Plain ``os.read`` calls: ``hashlib.file_digest`` zeroes a 256 kB buffer per file, the larger part of its
-    time on small images, and holds the GIL while it does."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-        return h.hexdigest()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _package_files() -> list[str]:
@@ -138,7 +122,7 @@ def hash_files(paths: list[str], threads: int = 2) -> list[str | None]:
 
     def work(start: int) -> None:
         for i in range(start, len(paths), threads):
-            out[i] = _sha256_file(paths[i])
+            out[i] = local_file_sha256(paths[i])
 
     helpers = [threading.Thread(target=work, args=(t,)) for t in range(1, min(threads, len(paths)))]
     for t in helpers:
@@ -201,7 +185,7 @@ def _mask_files(masks: str | os.PathLike) -> list[list[str]] | None:
     out = []
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            digest = _sha256_file(p)
+            digest = local_file_sha256(p)
             if digest is None:
                 return None
             out.append([str(p.relative_to(root)), digest])
@@ -272,22 +256,25 @@ def _parse(blob: bytes, key: str) -> MemoHit | None:
         return None
 
 
-def has_foreign_names(root: str | os.PathLike, stage: str) -> bool:
-    """Whether the stage folder holds an entry whose name is not one the store gives its parts (a folder, a file
-    someone put there): a run that reads the stage names it (``ForeignPartsWarning``), so the memo leaves such a
-    run to the normal path. (A file with a part's name but not the store's columns needs pyarrow to tell.)"""
+def stage_answers(root: str | os.PathLike, stage: str) -> bool:
+    """Whether the stage folder holds parts and nothing else: a folder emptied or removed by hand means the rows
+    a memo holds are no longer in the store, and an entry whose name is not one the store gives its parts (a
+    folder, a file someone put there) is named by a run that reads the stage (``ForeignPartsWarning``); either
+    way the run takes the normal path. (A file with a part's name but not the store's columns needs pyarrow to
+    tell.)"""
     try:
         with os.scandir(Path(root) / stage) as it:
-            return any(not e.name.startswith(".") and (not PART_NAME.match(e.name) or e.is_dir()) for e in it)
+            names = [(e.name, e.is_dir()) for e in it if not e.name.startswith(".")]
     except OSError:
         return False
+    return bool(names) and all(PART_NAME.match(n) and not is_dir for n, is_dir in names)
 
 
 def read_memo(root: str | os.PathLike, key: str, *, stage: str | None = None) -> MemoHit | None:
     """The memo entry of ``key`` in the store at ``root``, or None (none, not a valid one, or ``stage``'s folder
-    holds files the store did not write: :func:`has_foreign_names`)."""
+    holds no parts or files the store did not write: :func:`stage_answers`)."""
     path = _memo_path(Path(root), key)
-    if not path.is_file() or (stage is not None and has_foreign_names(root, stage)):
+    if not path.is_file() or (stage is not None and not stage_answers(root, stage)):
         return None
     with store_lock(root, create=False):
         try:
@@ -298,9 +285,10 @@ def read_memo(root: str | os.PathLike, key: str, *, stage: str | None = None) ->
 
 
 def write_memo(root: str | os.PathLike, key: str, data: bytes, *, summary: str, rows: int) -> Path:
-    """Keep ``data`` (a table's bytes) as the memo entry of ``key``, atomically; the caller holds the store's
-    shared lock (:func:`store_lock`) from before it read the store rows the table holds, so that a consent
-    withdrawal cannot slip in between. The oldest entries beyond :data:`MAX_ENTRIES` go."""
+    """Keep ``data`` (a table's bytes) as the memo entry of ``key``, atomically. The caller holds the store's
+    shared lock (:func:`store_lock`) and has found the generation token unchanged since before it read the store
+    rows the table holds (:func:`memo_generation`), so that no consent withdrawal came in between. The oldest
+    entries beyond :data:`MAX_ENTRIES` go."""
     created = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = {"key": key, "created": created, "summary": summary, "rows": int(rows), "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest()}
@@ -343,19 +331,31 @@ def memo_usage(root: str | os.PathLike) -> tuple[int, int]:
 
 
 def clear_memos(root: str | os.PathLike) -> int:
-    """Delete every file of the memo folder (consent withdrawal: memo entries hold people's rows), durably; the
-    caller holds the store's exclusive lock. Returns the number of files deleted."""
+    """Delete every memo entry (consent withdrawal: memo entries hold people's rows), durably, and renew the
+    generation token, so that a run which read the store before this cannot keep a memo of what it read
+    (:func:`memo_generation`); the caller holds the store's exclusive lock. Returns the number of entries
+    deleted."""
     folder = Path(root) / MEMO_DIR
     n = 0
     with contextlib.suppress(OSError):
         for entry in os.scandir(folder):
-            if entry.is_file(follow_symlinks=False) or entry.is_symlink():
+            if entry.name != GENERATION_NAME and (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.path)
                     n += 1
-    if n:
-        fsync_dir(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(folder / GENERATION_NAME, uuid.uuid4().hex.encode())
+    fsync_dir(folder)
     return n
+
+
+def memo_generation(root: str | os.PathLike) -> str:
+    """The memo's generation token (empty before the first consent withdrawal): read it before reading the
+    store, and keep a memo only if it is unchanged under the store's lock (:func:`clear_memos` renews it)."""
+    try:
+        return (Path(root) / MEMO_DIR / GENERATION_NAME).read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def memo_temp_path(root: str | os.PathLike, suffix: str) -> Path:

@@ -62,7 +62,7 @@ from fairvision.io.durable import Journal, write_synced
 from fairvision.io.jsonable import to_jsonable
 from fairvision.io.run_memo import clear_memos
 from fairvision.io.store_files import (  # noqa: F401 - PART_NAME, STORE_ENV: public names of this module too
-    JOURNAL_NAME, LOCK_NAME, PART_NAME, STORE_ENV, default_store_root, store_lock,
+    JOURNAL_NAME, LOCK_NAME, PART_NAME, STORE_ENV, default_store_root, local_file_sha256, store_lock,
 )
 from fairvision.io.webdataset import is_member_ref, member_sha256
 
@@ -78,8 +78,6 @@ IDENTITY = ("key", "sample_id", "subject_id")
 CRASH_AFTER_RENAMES = "store.after_renames"
 _STAGE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
-# SHA-256 of files already hashed in this process, by (path, size, mtime_ns, inode)
-_FILE_HASHES: dict[tuple, str] = {}
 _PART_PROBLEMS: dict[tuple, str | None] = {}  # why a file is not a part of the store's (None: it is), by the same
 _WARNED: set[tuple] = set()  # foreign files already warned about in this process, by store folder
 
@@ -98,26 +96,13 @@ def open_store(root: str | os.PathLike | None = None, *, enabled: bool = True) -
 
 
 def file_sha256(path: str | os.PathLike) -> str | None:
-    """SHA-256 of a file's bytes (None when it cannot be read), remembered for this process by
-    (path, size, mtime, inode) so a folder is hashed once per run however often it is asked for. A WebDataset
-    member reference (``tar://...``) hashes the member's bytes, so every command that keys results by image
-    content reads shards too."""
+    """SHA-256 of a file's bytes (None when it cannot be read), remembered for this process
+    (:func:`fairvision.io.store_files.local_file_sha256`), so a folder is hashed once per run however often it is
+    asked for. A WebDataset member reference (``tar://...``) hashes the member's bytes, so every command that keys
+    results by image content reads shards too."""
     if is_member_ref(path):
         return member_sha256(path)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    sig = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
-    hit = _FILE_HASHES.get(sig)
-    if hit is None:
-        try:
-            with open(path, "rb") as fh:
-                hit = hashlib.file_digest(fh, "sha256").hexdigest()
-        except OSError:
-            return None
-        _FILE_HASHES[sig] = hit
-    return hit
+    return local_file_sha256(path)
 
 
 def sha256_hex(data: bytes) -> str:

@@ -1,4 +1,4 @@
-"""The results store's light half: its default folder, the names of its files and its lock.
+"""The results store's light half: its default folder, the names of its files, its lock and the content hash of a file.
 
 Everything here needs the standard library only, so that the whole-run memo (:mod:`fairvision.io.run_memo`) can
 read and write under the store's lock without importing pyarrow or DuckDB; :mod:`fairvision.io.store` builds the
@@ -8,6 +8,7 @@ store itself on top of it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Iterator
 
 from fairvision.io.durable import FileLock, Journal
 
-__all__ = ["JOURNAL_NAME", "LOCK_NAME", "PART_NAME", "STORE_ENV", "default_store_root", "store_lock"]
+__all__ = ["JOURNAL_NAME", "LOCK_NAME", "PART_NAME", "STORE_ENV", "default_store_root", "local_file_sha256", "store_lock"]
 
 #: environment variable naming the default store folder
 STORE_ENV = "FAIRVISION_STORE"
@@ -69,3 +70,37 @@ def store_lock(root: str | os.PathLike, exclusive: bool = False, *, create: bool
             if not exclusive:
                 lock.acquire(exclusive=False)
         yield True
+
+
+# SHA-256 of files already hashed in this process, by (path, size, mtime_ns, inode)
+_FILE_HASHES: dict[tuple, str] = {}
+
+
+def local_file_sha256(path: str | os.PathLike) -> str | None:
+    """SHA-256 of a file's bytes (the content hash the store keys images by; None when it cannot be read),
+    remembered for this process by (path, size, mtime, inode), so that a run hashes each file once however
+    often it is asked (the whole-run memo's key, then the store's keys). Plain ``os.read`` calls:
+    ``hashlib.file_digest`` zeroes a 256 kB buffer per file, the larger part of its time on small images."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    sig = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    hit = _FILE_HASHES.get(sig)
+    if hit is not None:
+        return hit
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    _FILE_HASHES[sig] = hit = h.hexdigest()
+    return hit
+

@@ -526,8 +526,6 @@ class _Batch:
         tasks, params = self.tasks, self.params
         engine, address, workers = _engine(settings)
         defer = workers > 1 and engine == "local" and params["mask_method"] == "mediapipe" and len(tasks) > 1
-        if tasks and workers > 1:
-            _prepare_fork(params["mask_method"])
         callback, close = progress_reporter(progress, len(tasks), "measuring skin colour")
 
         def keep(t: int, outcome) -> None:
@@ -565,6 +563,8 @@ class _Batch:
                         take_early(second)
                 known = set(early.paths)
                 rest = sorted(t for path, ts in by_path.items() if path not in known for t in ts)
+            if rest and workers > 1:  # (an early pool that had every image needs no imports here)
+                _prepare_fork(params["mask_method"])
             first = [dict(tasks[t], defer_fallback=True) if defer else tasks[t] for t in rest]
             for outcome in imap(_measure_one, first, workers=workers, initializer=_init_worker, initargs=(params,),
                                 ordered=False, preload=_PRELOAD, engine=engine, address=address):
