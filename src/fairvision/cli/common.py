@@ -25,19 +25,30 @@ NO_STORE_OPTION = typer.Option(False, "--no-store", help="Neither read nor write
 CACHE_OPTION = typer.Option(None, "--cache", hidden=True, help="Old name of --store (kept for one release).")
 
 
-def results_store(store: Path | None = None, no_store: bool = False, cache: Path | None = None):
-    """The :class:`fairvision.io.store.ResultsStore` a command measures into (None with ``--no-store``)."""
+def store_root(store: Path | None = None, no_store: bool = False, cache: Path | None = None) -> Path | None:
+    """The folder of the results store a command measures into (None with ``--no-store``), from the options
+    ``--store``, ``--no-store`` and the old ``--cache`` (checked against each other), without importing pyarrow
+    or DuckDB."""
     if store is not None and cache is not None and Path(store) != Path(cache):
         raise FairvisionError("give --store (or its old name --cache) once")
     if no_store and (store is not None or cache is not None):
         raise FairvisionError("give either --store PATH or --no-store, not both")
-    if no_store:  # before the import below: --no-store needs neither DuckDB nor pyarrow (nor pandas)
+    if no_store:
         return None
-    from fairvision.io.store import open_store  # lazy: DuckDB and pyarrow add about 0.25 s (measured) to every command's start
+    from fairvision.io.store_files import default_store_root  # standard library only
 
-    res = open_store(store if store is not None else cache, enabled=not no_store)
-    if res is not None:
-        check_writable(res.root, kind="results store")  # before any work
+    return Path(store if store is not None else cache if cache is not None else default_store_root()).expanduser()
+
+
+def results_store(store: Path | None = None, no_store: bool = False, cache: Path | None = None):
+    """The :class:`fairvision.io.store.ResultsStore` a command measures into (None with ``--no-store``)."""
+    root = store_root(store, no_store, cache)
+    if root is None:  # before the import below: --no-store needs neither DuckDB nor pyarrow (nor pandas)
+        return None
+    from fairvision.io.store import ResultsStore  # lazy: DuckDB and pyarrow add about 0.25 s (measured) to every command's start
+
+    res = ResultsStore(root)
+    check_writable(res.root, kind="results store")  # before any work
     return res
 
 

@@ -17,13 +17,13 @@ import typer
 from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import (
     CACHE_OPTION, NO_STORE_OPTION, STORE_OPTION, check_outdir, check_output_file, done, image_table, progress_bar,
-    results_store,
+    results_store, store_root,
 )
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError
 from fairvision.io.atomic import atomic_write_bytes, check_writable
 from fairvision.io.run_memo import memo_generation, memo_temp_path, read_memo, run_images, run_key, write_memo
-from fairvision.io.store_files import default_store_root, store_lock
+from fairvision.io.store_files import store_lock
 
 _OUTPUT_SUFFIXES = (".parquet", ".csv", ".tsv", ".json", ".jsonl")
 #: the results-store stage of skin measurements (fairvision.skin.batch.STAGE, not imported: see the module docstring)
@@ -168,14 +168,12 @@ class _Memo:
 def _memo_plan(source: Path, output: Path, *, store, no_store, cache, overlays, settings, masks, options):
     """The memo of a ``skin measure`` run over a folder of images, one image or the bundled portraits, into a
     results store on the local engine, without overlays; None for any other run (it takes the normal path)."""
-    if no_store or overlays is not None or str(settings.engine).lower() != "local" or settings.address:
+    root = store_root(store, no_store, cache)
+    if root is None or overlays is not None or str(settings.engine).lower() != "local" or settings.address:
         return None
-    if store is not None and cache is not None and Path(store) != Path(cache):
-        return None  # the normal path says what is wrong
     images = run_images(source)
     if images is None:
         return None
-    root = Path(store if store is not None else cache if cache is not None else default_store_root()).expanduser()
     check_writable(root, kind="results store")  # as the normal path does, before any work
     options = {**options, "source": "portraits" if str(source) == "portraits" and not source.exists() else "path",
                "output": output.suffix.lower()}
