@@ -22,6 +22,7 @@ from fairvision.audits.settings import AuditSettings
 from fairvision.cli.common import check_outdir, done, progress_bar, status
 from fairvision.cli.options import with_settings
 from fairvision.errors import FairvisionError, InputFileError
+from fairvision.io.suffixes import folder_images
 
 diagnose_app = typer.Typer(
     help=(
@@ -269,12 +270,10 @@ def _read_long_table(path: Path):
 
 
 def _image_list(images: List[Path]) -> list[Path]:
-    from fairvision.datasets.demo import IMAGE_SUFFIXES  # lazy: pandas (start-up, see module doc)
-
     out: list[Path] = []
     for p in images:
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES and q.is_file())
+            found = folder_images(p)
             if not found:
                 raise FairvisionError(f"{p}: no images found in the folder")
             out.extend(found)

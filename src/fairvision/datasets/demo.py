@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from fairvision.errors import InputFileError
-from fairvision.io.suffixes import IMAGE_SUFFIXES
+from fairvision.io.suffixes import IMAGE_SUFFIXES, folder_images
 from fairvision.io.tables import IMAGE_PATH, SAMPLE_ID, read_table
 from fairvision.schema import Schema, fairface_schema
 
@@ -53,8 +53,7 @@ def from_folder(folder: str | Path, *, recursive: bool = False) -> pd.DataFrame:
     folder = Path(folder)
     if not folder.is_dir():
         raise InputFileError(f"{folder}: no such folder")
-    pattern = "**/*" if recursive else "*"
-    files = sorted(p for p in folder.glob(pattern) if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    files = folder_images(folder, recursive=recursive)
     if not files:
         raise InputFileError(f"{folder}: no images ({', '.join(IMAGE_SUFFIXES)}) found")
     ids = [str(p.relative_to(folder).with_suffix("")) for p in files]

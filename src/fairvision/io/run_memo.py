@@ -39,7 +39,7 @@ from fairvision import __version__
 from fairvision.io.atomic import atomic_write_bytes
 from fairvision.io.durable import fsync_dir
 from fairvision.io.store_files import PART_NAME, local_file_sha256, store_lock
-from fairvision.io.suffixes import IMAGE_SUFFIXES
+from fairvision.io.suffixes import IMAGE_SUFFIXES, folder_images
 
 __all__ = ["MEMO_DIR", "MemoHit", "bundled_folder", "clear_memos", "hash_files", "memo_generation", "memo_temp_path",
            "memo_usage", "package_signature", "read_memo", "run_images", "run_key", "stage_answers", "write_memo"]
@@ -164,17 +164,14 @@ def run_images(source: str | os.PathLike) -> list[str] | None:
         return None
     try:
         with os.scandir(folder) as it:
-            entries = [(e.name, e.is_file()) for e in it]
+            if any(e.name.lower().endswith(".tar") and e.is_file() for e in it):  # tar shards: not images alone
+                return None
+        files = folder_images(folder)  # as the folder reader lists them (fairvision.datasets.demo.from_folder)
     except OSError:
         return None
-    if any(n.lower().endswith(".tar") and f for n, f in entries):  # tar shards: not a folder of images alone
-        return None
-    names = sorted(n for n, is_file in entries if is_file and os.path.splitext(n)[1].lower() in IMAGE_SUFFIXES
-                   and not n.startswith("."))
-    if len(names) != sum(1 for n, f in entries if f and os.path.splitext(n)[1].lower() in IMAGE_SUFFIXES):
+    if any(p.name.startswith(".") for p in files):
         return None  # hidden image files: left to the normal path
-    base = str(folder)  # str(folder / name), as the folder reader writes it, without a Path per image
-    return [os.path.join(base, n) for n in names] or None
+    return [str(p) for p in files] or None
 
 
 def _mask_files(masks: str | os.PathLike) -> list[list[str]] | None:

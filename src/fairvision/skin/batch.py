@@ -46,8 +46,9 @@ from fairvision.engine import ExecutionSettings, SidePool, StartedMap, WarmPool,
 from fairvision.engine.cache import content_key, source_signature
 from fairvision.engine.progress import progress_reporter
 from fairvision.errors import InputFileError, ParameterError
-from fairvision.io.images import IMAGE_SUFFIXES, ImageTooLargeError, read_image, write_png
+from fairvision.io.images import ImageTooLargeError, read_image, write_png
 from fairvision.io.masks import match_masks
+from fairvision.io.suffixes import folder_images
 from fairvision.skin.estimators import METHODS
 from fairvision.skin.masks import FACE_SELECTIONS, MASK_METHODS, skin_mask
 from fairvision.skin.measurement import measure
@@ -399,8 +400,7 @@ def _early_paths(source) -> list[str]:
     if isinstance(source, (str, os.PathLike)):
         if not os.path.isdir(source):
             return []
-        folder = Path(source).resolve()
-        return [str(p) for p in sorted(folder.glob("*")) if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()]
+        return [str(p) for p in folder_images(Path(source).resolve())]
     columns = getattr(source, "columns", None)
     if columns is not None:  # a DataFrame: pandas is imported already
         from fairvision.io.tables import IMAGE_PATH
